@@ -1,0 +1,289 @@
+//! [`PoolCache`]: the per-lcore object cache (DPDK's `rte_mempool_cache`).
+
+use core::fmt;
+use core::ptr;
+use core::slice;
+use std::sync::Arc;
+
+use crate::ring::{Consumer, Multi, Producer};
+
+use super::error::Empty;
+use super::stats::CacheStatsRef;
+use super::{CACHE_CAPACITY, CACHE_MAX_SIZE, ObjId, Pool, flush_threshold};
+
+/// A per-thread cache of free objects in front of a pool's ring; see the
+/// [module docs](super#per-lcore-caches) for the get, put and flush rules.
+///
+/// Made by [`Pool::cache`] or [`Pool::cache_with_size`]. It is `Send` (move it to the lcore that
+/// uses it) but not `Sync`, and every operation takes `&mut self`: one owner, no atomics on the
+/// hit path except its own single-writer counters. It holds its own clones of the ring
+/// handles and an `Arc` of the pool. Dropping it returns every cached object to the ring.
+///
+/// ```
+/// use mempool::pool::{ObjId, Pool, PoolConfig};
+///
+/// let pool = Pool::new(PoolConfig::new("c", 64, 64).cache_size(8).no_huge())?;
+/// let mut cache = pool.cache();
+/// let id = cache.get()?; // refills 8 + 1 from the ring, hands out 1
+/// assert_eq!((cache.len(), pool.in_ring()), (8, 55));
+/// // SAFETY: `id` came from this pool and is put back once.
+/// unsafe { cache.put(id) };
+/// assert_eq!(cache.len(), 9);
+/// drop(cache);
+/// assert_eq!(pool.in_ring(), 64);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct PoolCache {
+    /// `objs[..len]` are free objects held by this cache; `objs[len - 1]` was cached last.
+    objs: Box<[ObjId; CACHE_CAPACITY]>,
+    /// Objects held. Invariant between operations: `len <= max(size, flush_at - 1) <= 767`.
+    len: u32,
+    /// Capacity the cache settles at after a refill or a flush; `<= CACHE_MAX_SIZE`.
+    size: u32,
+    /// Length at which a put flushes the excess above `size`:
+    /// `max(flush_threshold(size), size + 1)` (the two differ only for `size <= 1`).
+    flush_at: u32,
+    /// Our clone of the ring's producer handle (flushes, bypassing puts).
+    prod: Producer<ObjId, Multi>,
+    /// Our clone of the ring's consumer handle (refills, bypassing gets).
+    cons: Consumer<ObjId, Multi>,
+    /// Counters, written only by this cache, read by [`Pool::stats`].
+    stats: CacheStatsRef,
+    /// The pool, kept alive by the cache.
+    pool: Arc<Pool>,
+}
+
+// A cache moves to its lcore; it must not be shared (it is `!Sync` through the ring handles).
+const _: () = {
+    const fn assert_send<T: Send>() {}
+    assert_send::<PoolCache>();
+};
+
+impl PoolCache {
+    /// A cache of `size` objects (already validated against the pool) for `pool`.
+    pub(crate) fn new(pool: Arc<Pool>, size: u32) -> Self {
+        debug_assert!(size <= CACHE_MAX_SIZE);
+        let (prod, cons) = pool.ring().handles();
+        let stats = pool.registry().register();
+        let objs = vec![ObjId::default(); CACHE_CAPACITY]
+            .into_boxed_slice()
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("the vector has CACHE_CAPACITY elements"));
+        Self {
+            objs,
+            len: 0,
+            size,
+            flush_at: flush_threshold(size).max(size + 1),
+            prod,
+            cons,
+            stats,
+            pool,
+        }
+    }
+
+    /// The pool this cache serves.
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    /// Objects currently held by the cache.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Whether the cache holds no object.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The cache's capacity (`size`): its length after a refill or a flush.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// The length at which a put flushes: [`flush_threshold`]`(size)`.
+    pub fn flush_threshold(&self) -> u32 {
+        flush_threshold(self.size)
+    }
+
+    /// Takes one object: the most recently cached one, refilling from the ring if the cache is
+    /// empty.
+    ///
+    /// # Errors
+    ///
+    /// [`Empty`] when neither the cache nor the ring holds an object.
+    #[inline]
+    pub fn get(&mut self) -> Result<ObjId, Empty> {
+        let mut one = [ObjId::default()];
+        self.get_bulk(&mut one)?;
+        Ok(one[0])
+    }
+
+    /// Fills `out` with free objects, all or nothing (`rte_mempool_generic_get`).
+    ///
+    /// Served from the top of the cache when it holds enough; otherwise the cache's objects
+    /// plus a refill from the ring (module docs). An empty `out` succeeds.
+    ///
+    /// # Errors
+    ///
+    /// [`Empty`] when this cache and the ring together hold fewer than `out.len()` objects (or
+    /// the refill fails and the ring cannot supply the remainder). Nothing is taken from the
+    /// pool, but `out` may have been partly overwritten.
+    #[inline]
+    pub fn get_bulk(&mut self, out: &mut [ObjId]) -> Result<(), Empty> {
+        let n = out.len();
+        let len = self.len as usize;
+        if n > len {
+            return self.get_miss(out);
+        }
+        let top = len - n;
+        debug_assert!(len <= CACHE_CAPACITY);
+        // SAFETY: `top + n == len <= CACHE_CAPACITY` (field invariant), so the source run is
+        // inside the array; `out` holds `n` elements and is a distinct exclusive borrow.
+        unsafe { ptr::copy_nonoverlapping(self.objs.as_ptr().add(top), out.as_mut_ptr(), n) };
+        self.len = top as u32;
+        self.stats.on_get(n, n, self.len);
+        #[cfg(feature = "debug")]
+        self.pool.check_get(out);
+        Ok(())
+    }
+
+    /// The cache holds fewer than `out.len()` objects: hand out what it has plus the remainder
+    /// from a refill, or from the ring directly.
+    #[inline(never)]
+    fn get_miss(&mut self, out: &mut [ObjId]) -> Result<(), Empty> {
+        let n = out.len();
+        let len = self.len as usize;
+        let size = self.size as usize;
+        let remaining = n - len;
+        let (cached, rest) = out.split_at_mut(len);
+        cached.copy_from_slice(&self.objs[..len]);
+        if remaining <= size {
+            // Refill: `size + remaining <= 2 * CACHE_MAX_SIZE <= CACHE_CAPACITY`. The ring
+            // leaves the array untouched if it cannot supply them all, so the cached objects
+            // copied above are still in `objs[..len]` on failure.
+            let fill = size + remaining;
+            if self.cons.dequeue_bulk(&mut self.objs[..fill]) == fill {
+                rest.copy_from_slice(&self.objs[size..fill]);
+                self.len = self.size;
+                self.stats.on_refill();
+                self.got(out, len);
+                return Ok(());
+            }
+        }
+        // Too large for a refill, or the ring is short of `size + remaining`: take just the
+        // remainder (`remaining >= 1`, so a 0 from the ring means failure).
+        if self.cons.dequeue_bulk(rest) == remaining {
+            self.len = 0;
+            self.got(out, len);
+            return Ok(());
+        }
+        self.stats.on_empty();
+        Err(Empty::new(n, len + self.cons.len()))
+    }
+
+    /// Bookkeeping of a successful get of `out`, `hits` of which were cached before.
+    #[inline(always)]
+    fn got(&self, out: &[ObjId], hits: usize) {
+        self.stats.on_get(out.len(), hits, self.len);
+        #[cfg(feature = "debug")]
+        self.pool.check_get(out);
+        #[cfg(not(feature = "debug"))]
+        let _ = out;
+    }
+
+    /// Returns one object to the cache (flushing the excess to the ring at the threshold).
+    /// Never fails.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Pool::put`]: `id` was handed out by a get on this cache's pool and has not been
+    /// put back since.
+    #[inline]
+    pub unsafe fn put(&mut self, id: ObjId) {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.put_bulk(slice::from_ref(&id)) }
+    }
+
+    /// Returns objects to the cache (`rte_mempool_generic_put`). Never fails.
+    ///
+    /// Appends to the cache; if that brings it to its flush threshold, everything above `size`
+    /// goes back to the ring in one bulk. More than `size` objects go to the ring directly.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Pool::put`], for every id; `ids` must not contain duplicates.
+    #[inline]
+    pub unsafe fn put_bulk(&mut self, ids: &[ObjId]) {
+        #[cfg(feature = "debug")]
+        self.pool.check_put(ids);
+        self.pool.debug_check_range(ids);
+        let n = ids.len();
+        if n > self.size as usize {
+            return self.put_bypass(ids);
+        }
+        let len = self.len as usize;
+        debug_assert!(len + n <= CACHE_CAPACITY);
+        // SAFETY: `len <= 767` (field invariant) and `n <= size <= 512`, so `len + n <= 1279 <
+        // CACHE_CAPACITY`; `ids` is a shared borrow that cannot alias our array.
+        unsafe { ptr::copy_nonoverlapping(ids.as_ptr(), self.objs.as_mut_ptr().add(len), n) };
+        let len = (len + n) as u32;
+        if len >= self.flush_at {
+            self.flush_excess(len);
+        } else {
+            self.len = len;
+        }
+        self.stats.on_put(n, self.len);
+    }
+
+    /// Puts larger than the cache go straight to the ring.
+    #[inline(never)]
+    fn put_bypass(&mut self, ids: &[ObjId]) {
+        if self.prod.enqueue_bulk(ids) != ids.len() {
+            self.pool.ring_overflow(ids.len());
+        }
+        self.stats.on_put(ids.len(), self.len);
+    }
+
+    /// The cache reached `flush_at` with `len` objects: return `objs[size..len]` to the ring.
+    #[inline(never)]
+    fn flush_excess(&mut self, len: u32) {
+        let (size, len) = (self.size as usize, len as usize);
+        if self.prod.enqueue_bulk(&self.objs[size..len]) != len - size {
+            self.pool.ring_overflow(len - size);
+        }
+        self.len = self.size;
+        self.stats.on_flush();
+    }
+
+    /// Returns every cached object to the ring (`rte_mempool_cache_flush`), for example before
+    /// an lcore goes idle so other lcores can use them.
+    pub fn flush(&mut self) {
+        let len = self.len as usize;
+        if len != 0 && self.prod.enqueue_bulk(&self.objs[..len]) != len {
+            self.pool.ring_overflow(len);
+        }
+        self.len = 0;
+        self.stats.set_cached(0);
+    }
+}
+
+impl Drop for PoolCache {
+    fn drop(&mut self) {
+        self.flush();
+        self.pool.registry().retire(&self.stats);
+    }
+}
+
+impl fmt::Debug for PoolCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PoolCache")
+            .field("pool", &self.pool.name())
+            .field("len", &self.len)
+            .field("size", &self.size)
+            .field("flush_threshold", &self.flush_threshold())
+            .finish_non_exhaustive()
+    }
+}

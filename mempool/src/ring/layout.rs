@@ -1,0 +1,399 @@
+//! The position-independent memory layout of a ring: header, slot array, formatting and
+//! validation.
+//!
+//! ```text
+//! offset (x86_64)   contents                                   written by
+//! 0                 RingMeta: magic, version, element size/align,   init_in only
+//!                   capacity, mask, slot offset, side modes
+//! 128               prod_head   (CachePadded<AtomicU32>)       Multi producers (CAS)
+//! 256               prod_tail   (CachePadded<AtomicU32>)       producers
+//! 384               cons_head   (CachePadded<AtomicU32>)       Multi consumers (CAS)
+//! 512               cons_tail   (CachePadded<AtomicU32>)       consumers
+//! 640               slot[0] .. slot[capacity - 1]               producers / consumers
+//! ```
+//!
+//! The region holds indices only, never pointers, so it may be mapped at different addresses in
+//! different processes. Every index has a 128-byte line pair of its own (crossbeam's
+//! `CachePadded`, sized for the adjacent-line prefetcher), so a consumer polling `prod_tail`
+//! does not steal the line that Multi producers CAS on, and vice versa.
+
+use core::alloc::Layout;
+use core::mem::{MaybeUninit, align_of, size_of};
+use core::ptr;
+
+use crossbeam_utils::CachePadded;
+
+use super::error::RingError;
+use super::mode::{Side, SyncMode, mode_name};
+use super::storage::Slot;
+use crate::sync::atomic::AtomicU32;
+
+/// Element types that may live in a ring shared between processes.
+///
+/// # Safety
+///
+/// Implement this only for `#[repr(C)]` (or primitive) plain-old-data types such that:
+/// - every bit pattern is a valid value (another process may be buggy; reading its bytes must
+///   never be undefined behaviour), so no `bool`, `char`, enums or `NonZero*`;
+/// - the type contains no pointers, references, or anything else that is meaningful only in one
+///   address space (`Box`, `&T`, `Arc`, file descriptors, function pointers);
+/// - the type has no interior mutability and no `Drop` (it is `Copy`);
+/// - every process that maps the ring uses the same definition (same field order and types).
+pub unsafe trait ShmSafe: Copy + Send + 'static {}
+
+macro_rules! shm_safe {
+    ($($t:ty),* $(,)?) => {
+        $(
+            // SAFETY: a primitive integer or float: no pointers, every bit pattern is valid.
+            unsafe impl ShmSafe for $t {}
+        )*
+    };
+}
+
+shm_safe!(
+    u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize, f32, f64
+);
+
+// SAFETY: an array of `ShmSafe` elements has no padding between elements, no pointers, and every
+// bit pattern of it is a sequence of valid elements.
+unsafe impl<T: ShmSafe, const N: usize> ShmSafe for [T; N] {}
+
+/// `b"dp-ring\0"` read as a little-endian `u64`.
+pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"dp-ring\0");
+
+/// Layout version; bump on any change to [`RingMeta`] or [`RingHeader`].
+pub(crate) const VERSION: u32 = 1;
+
+/// Immutable description of the ring, written once by `init_in`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RingMeta {
+    /// [`MAGIC`] once the ring is formatted.
+    pub(crate) magic: u64,
+    /// [`VERSION`].
+    pub(crate) version: u32,
+    /// `size_of::<T>()`.
+    pub(crate) elem_size: u32,
+    /// `align_of::<T>()`.
+    pub(crate) elem_align: u32,
+    /// Number of slots; a power of two, at most [`RingLayout::MAX_CAPACITY`].
+    pub(crate) capacity: u32,
+    /// `capacity - 1`.
+    pub(crate) mask: u32,
+    /// Byte offset of slot 0 from the start of the header.
+    pub(crate) slots_offset: u32,
+    /// [`SyncMode::ID`] of the producer side.
+    pub(crate) prod_mode: u32,
+    /// [`SyncMode::ID`] of the consumer side.
+    pub(crate) cons_mode: u32,
+}
+
+/// The shared ring header. See the [module docs](self) for the picture.
+#[repr(C)]
+#[derive(Debug)]
+pub(crate) struct RingHeader {
+    /// Written by `init_in` before any handle exists; read-only afterwards.
+    pub(crate) meta: CachePadded<RingMeta>,
+    /// Next producer counter to claim (Multi producers only; Single producers keep it locally).
+    pub(crate) prod_head: CachePadded<AtomicU32>,
+    /// Every counter below this one holds a published element.
+    pub(crate) prod_tail: CachePadded<AtomicU32>,
+    /// Next consumer counter to claim (Multi consumers only).
+    pub(crate) cons_head: CachePadded<AtomicU32>,
+    /// Every counter below this one has been consumed; its slot may be overwritten.
+    pub(crate) cons_tail: CachePadded<AtomicU32>,
+}
+
+// Layout checks. Under loom the atomics are model objects of another size, and the layout only
+// has to be self-consistent within one heap allocation, so these hold for real builds only.
+#[cfg(not(loom))]
+const _: () = {
+    use core::mem::offset_of;
+    assert!(size_of::<RingMeta>() == 40);
+    assert!(align_of::<RingMeta>() == 8);
+    assert!(offset_of!(RingMeta, magic) == 0);
+    assert!(offset_of!(RingMeta, capacity) == 20);
+    assert!(offset_of!(RingMeta, cons_mode) == 36);
+    assert!(size_of::<AtomicU32>() == 4);
+
+    // Every field starts on its own cache-line (pair) boundary and the fields do not overlap.
+    let line = align_of::<CachePadded<u8>>();
+    let pad = size_of::<CachePadded<RingMeta>>();
+    assert!(pad.is_multiple_of(line) && pad >= size_of::<RingMeta>());
+    assert!(size_of::<CachePadded<AtomicU32>>() == line);
+    assert!(offset_of!(RingHeader, meta) == 0);
+    assert!(offset_of!(RingHeader, prod_head) == pad);
+    assert!(offset_of!(RingHeader, prod_tail) == pad + line);
+    assert!(offset_of!(RingHeader, cons_head) == pad + 2 * line);
+    assert!(offset_of!(RingHeader, cons_tail) == pad + 3 * line);
+    assert!(size_of::<RingHeader>() == pad + 4 * line);
+    assert!(align_of::<RingHeader>() == line);
+};
+
+// The concrete numbers on the 128-byte-padded targets we run on.
+#[cfg(all(not(loom), any(target_arch = "x86_64", target_arch = "aarch64")))]
+const _: () = {
+    use core::mem::offset_of;
+    assert!(align_of::<RingHeader>() == 128);
+    assert!(offset_of!(RingHeader, prod_head) == 128);
+    assert!(offset_of!(RingHeader, prod_tail) == 256);
+    assert!(offset_of!(RingHeader, cons_head) == 384);
+    assert!(offset_of!(RingHeader, cons_tail) == 512);
+    assert!(size_of::<RingHeader>() == 640);
+};
+
+/// Size and alignment of a ring's memory region, for a given element type and capacity.
+///
+/// ```
+/// use mempool::ring::RingLayout;
+///
+/// let layout = RingLayout::new::<u64>(1024).unwrap();
+/// assert_eq!(layout.capacity(), 1024);
+/// assert_eq!(layout.bytes(), layout.slots_offset() + 1024 * 8);
+/// assert_eq!(RingLayout::bytes_for::<u64>(1024), Ok(layout.bytes()));
+/// assert!(RingLayout::new::<u64>(1000).is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingLayout {
+    capacity: u32,
+    slots_offset: usize,
+    bytes: usize,
+    align: usize,
+}
+
+impl RingLayout {
+    /// Largest supported capacity. Free-running `u32` counters stay unambiguous as long as the
+    /// distance between a head and the opposite tail (at most the capacity) is below 2^32.
+    pub const MAX_CAPACITY: usize = 1 << 31;
+
+    /// Computes the layout of a ring of `capacity` elements of type `T`.
+    ///
+    /// # Errors
+    ///
+    /// [`RingError::ZeroCapacity`], [`RingError::CapacityNotPowerOfTwo`],
+    /// [`RingError::CapacityTooLarge`], or [`RingError::SizeOverflow`] if the region would not
+    /// fit in the address space.
+    pub fn new<T>(capacity: usize) -> Result<Self, RingError> {
+        const {
+            // Slots are `T` plus loom bookkeeping under loom, exactly `T` otherwise.
+            assert!(cfg!(loom) || size_of::<Slot<T>>() == size_of::<T>());
+        }
+        if capacity == 0 {
+            return Err(RingError::ZeroCapacity);
+        }
+        if capacity > Self::MAX_CAPACITY {
+            return Err(RingError::CapacityTooLarge {
+                requested: capacity,
+                max: Self::MAX_CAPACITY,
+            });
+        }
+        if !capacity.is_power_of_two() {
+            return Err(RingError::CapacityNotPowerOfTwo {
+                requested: capacity,
+            });
+        }
+        let overflow = RingError::SizeOverflow {
+            capacity,
+            elem_size: size_of::<T>(),
+        };
+        let slots_offset = Self::slots_offset_for::<T>();
+        let bytes = capacity
+            .checked_mul(size_of::<Slot<T>>())
+            .and_then(|s| s.checked_add(slots_offset))
+            .ok_or(overflow)?;
+        let align = Self::align_for::<T>();
+        // `Layout` also rejects sizes that would exceed `isize::MAX` once rounded up.
+        Layout::from_size_align(bytes, align).map_err(|_| overflow)?;
+        Ok(Self {
+            // Fits: capacity <= MAX_CAPACITY = 2^31.
+            capacity: capacity as u32,
+            slots_offset,
+            bytes,
+            align,
+        })
+    }
+
+    /// Bytes a ring of `capacity` elements of type `T` occupies: header plus slots.
+    ///
+    /// # Errors
+    ///
+    /// As for [`RingLayout::new`].
+    pub fn bytes_for<T>(capacity: usize) -> Result<usize, RingError> {
+        Self::new::<T>(capacity).map(|l| l.bytes)
+    }
+
+    /// Alignment the region of a ring of `T` must have: the header's cache-line alignment or
+    /// `T`'s, whichever is larger. Page-aligned mappings always satisfy it.
+    pub fn align_for<T>() -> usize {
+        align_of::<RingHeader>().max(align_of::<Slot<T>>())
+    }
+
+    fn slots_offset_for<T>() -> usize {
+        size_of::<RingHeader>().next_multiple_of(align_of::<Slot<T>>())
+    }
+
+    /// Number of slots.
+    pub fn capacity(&self) -> usize {
+        self.capacity as usize
+    }
+
+    /// Total size of the region in bytes.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Required alignment of the region.
+    pub fn align(&self) -> usize {
+        self.align
+    }
+
+    /// Offset of the first slot from the start of the region.
+    pub fn slots_offset(&self) -> usize {
+        self.slots_offset
+    }
+
+    /// The region as an allocator [`Layout`].
+    pub fn alloc_layout(&self) -> Layout {
+        // Validated in `new`.
+        Layout::from_size_align(self.bytes, self.align).unwrap_or_else(|_| unreachable!())
+    }
+}
+
+/// Checks pointer, alignment and length of a region for a ring of `T`.
+fn check_region<T>(mem: *mut u8, len: usize, needed: usize) -> Result<(), RingError> {
+    if mem.is_null() {
+        return Err(RingError::NullRegion);
+    }
+    let align = RingLayout::align_for::<T>();
+    if !(mem as usize).is_multiple_of(align) {
+        return Err(RingError::Misaligned {
+            addr: mem as usize,
+            align,
+        });
+    }
+    if len < needed {
+        return Err(RingError::RegionTooSmall { needed, len });
+    }
+    Ok(())
+}
+
+/// Writes a fresh header (all four counters at `start`) and prepares the slots.
+///
+/// # Safety
+///
+/// `mem` must be valid for writes of `len` bytes, and nothing else may access the region during
+/// the call (other threads or processes may attach only after this returns and the caller has
+/// published that fact to them).
+pub(crate) unsafe fn format<T, P: SyncMode, C: SyncMode>(
+    mem: *mut u8,
+    len: usize,
+    capacity: usize,
+    start: u32,
+) -> Result<RingLayout, RingError> {
+    let layout = RingLayout::new::<T>(capacity)?;
+    check_region::<T>(mem, len, layout.bytes)?;
+    let meta = RingMeta {
+        magic: MAGIC,
+        version: VERSION,
+        elem_size: size_of::<T>() as u32,
+        elem_align: align_of::<T>() as u32,
+        capacity: layout.capacity,
+        mask: layout.capacity - 1,
+        slots_offset: layout.slots_offset as u32,
+        prod_mode: P::ID,
+        cons_mode: C::ID,
+    };
+    let header = RingHeader {
+        meta: CachePadded::new(meta),
+        prod_head: CachePadded::new(AtomicU32::new(start)),
+        prod_tail: CachePadded::new(AtomicU32::new(start)),
+        cons_head: CachePadded::new(AtomicU32::new(start)),
+        cons_tail: CachePadded::new(AtomicU32::new(start)),
+    };
+    // SAFETY: the region is valid for `layout.bytes` writes (checked length, caller contract),
+    // aligned for the header (checked), and exclusively ours during formatting.
+    unsafe { ptr::write(mem.cast::<RingHeader>(), header) };
+    if cfg!(loom) {
+        // loom cells carry model state and must be constructed; real slots are plain
+        // `MaybeUninit<T>` and need no initialisation.
+        // SAFETY: `slots_offset` is within the region and aligned for `Slot<T>` (layout).
+        let slots = unsafe { mem.add(layout.slots_offset) }.cast::<Slot<T>>();
+        for i in 0..layout.capacity() {
+            // SAFETY: `i < capacity`, so slot `i` lies inside the region.
+            unsafe { ptr::write(slots.add(i), Slot::<T>::new(MaybeUninit::uninit())) };
+        }
+    }
+    Ok(layout)
+}
+
+/// Validates the header at `mem` for element type `T` and the given side modes.
+///
+/// `side_modes` lists the sides the caller will create handles for, with their modes.
+///
+/// # Safety
+///
+/// `mem` must be valid for reads of `len` bytes, and if the region holds a ring header, its
+/// `init_in` must happen-before this call.
+pub(crate) unsafe fn validate<T>(
+    mem: *mut u8,
+    len: usize,
+    side_modes: &[(Side, u32, &'static str)],
+) -> Result<RingLayout, RingError> {
+    check_region::<T>(mem, len, size_of::<RingHeader>())?;
+    // SAFETY: the region is aligned for the header and at least header-sized (checked), valid
+    // for reads (caller), and the meta part is never written after `init_in`, which
+    // happened-before this call (caller).
+    let meta: RingMeta = unsafe { ptr::read(mem.cast::<RingMeta>()) };
+    if meta.magic != MAGIC {
+        return Err(RingError::BadMagic { found: meta.magic });
+    }
+    if meta.version != VERSION {
+        return Err(RingError::VersionMismatch {
+            found: meta.version,
+            expected: VERSION,
+        });
+    }
+    let expected_offset = RingLayout::slots_offset_for::<T>() as u32;
+    if meta.slots_offset != expected_offset {
+        return Err(RingError::LayoutMismatch {
+            found: meta.slots_offset,
+            expected: expected_offset,
+        });
+    }
+    if meta.elem_size as usize != size_of::<T>() || meta.elem_align as usize != align_of::<T>() {
+        return Err(RingError::ElementMismatch {
+            found_size: meta.elem_size,
+            found_align: meta.elem_align,
+            expected_size: size_of::<T>() as u32,
+            expected_align: align_of::<T>() as u32,
+        });
+    }
+    let corrupt = RingError::CorruptHeader {
+        capacity: meta.capacity,
+        mask: meta.mask,
+    };
+    if meta.mask != meta.capacity.wrapping_sub(1) {
+        return Err(corrupt);
+    }
+    let layout = RingLayout::new::<T>(meta.capacity as usize).map_err(|_| corrupt)?;
+    if len < layout.bytes {
+        return Err(RingError::RegionTooSmall {
+            needed: layout.bytes,
+            len,
+        });
+    }
+    for &(side, id, name) in side_modes {
+        let found = match side {
+            Side::Producer => meta.prod_mode,
+            Side::Consumer => meta.cons_mode,
+        };
+        if found != id {
+            return Err(RingError::ModeMismatch {
+                side,
+                found: mode_name(found),
+                expected: name,
+            });
+        }
+    }
+    Ok(layout)
+}

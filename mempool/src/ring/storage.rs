@@ -1,0 +1,297 @@
+//! Where a ring's memory lives and how slots are read and written.
+//!
+//! A [`RawRing`] is the per-handle view of one formatted region: a header pointer, a slot pointer,
+//! the capacity and mask copied out of the header at attach time, and a keep-alive that owns
+//! (or pins) the region. The region is either a heap allocation made by
+//! [`Ring::with_capacity`](super::Ring::with_capacity) or caller-supplied memory (shared
+//! mappings); both go through the same `format`/`validate` code in `layout.rs`.
+//!
+//! Capacity and mask are cached per handle, never re-read from shared memory, so a peer process
+//! that scribbles over the header can corrupt data but cannot steer slot accesses outside the
+//! region.
+
+use core::alloc::Layout;
+use core::fmt;
+use core::marker::PhantomData;
+use core::mem::MaybeUninit;
+#[cfg(not(loom))]
+use core::ptr;
+use core::ptr::NonNull;
+use std::sync::Arc;
+
+use super::headtail::Indices;
+use super::layout::{RingHeader, RingLayout};
+use crate::sync::UnsafeCell;
+
+/// One slot of the ring. Outside loom this has exactly the layout of `T`.
+pub(crate) type Slot<T> = UnsafeCell<MaybeUninit<T>>;
+
+/// Keeps the memory behind a ring alive for as long as any handle exists.
+///
+/// For externally supplied regions pass whatever owns the mapping (for example an
+/// `Arc<memmap2::MmapMut>` or a guard that calls `munmap` on drop); every handle clones it and the
+/// last handle dropped releases it.
+pub type KeepAlive = Arc<dyn Send + Sync>;
+
+/// A ring region allocated from the global allocator.
+#[derive(Debug)]
+pub(crate) struct HeapRegion {
+    ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+// SAFETY: the region is plain memory owned by this value; all concurrent access to its contents
+// goes through ring handles, which do their own synchronisation.
+unsafe impl Send for HeapRegion {}
+// SAFETY: as above; `HeapRegion` itself exposes no access to the memory.
+unsafe impl Sync for HeapRegion {}
+
+impl HeapRegion {
+    /// Allocates an uninitialised region for `layout`.
+    pub(crate) fn alloc(layout: &RingLayout) -> Option<Self> {
+        let layout = layout.alloc_layout();
+        // SAFETY: the layout's size is non-zero: it includes the header.
+        let ptr = NonNull::new(unsafe { std::alloc::alloc(layout) })?;
+        Some(Self { ptr, layout })
+    }
+
+    /// Start of the region.
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Size of the region.
+    pub(crate) fn len(&self) -> usize {
+        self.layout.size()
+    }
+}
+
+impl Drop for HeapRegion {
+    fn drop(&mut self) {
+        // Neither the header (atomics, integers) nor the slots (`MaybeUninit<T>` of `Copy`
+        // types, loom cells) have drop glue, so freeing the memory is all there is to do.
+        // SAFETY: allocated in `alloc` with exactly this layout, freed once.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}
+
+/// A handle's view of a formatted ring region.
+pub(crate) struct RawRing<T> {
+    /// Start of the region (the header). Valid while `keep_alive` lives.
+    hdr: NonNull<RingHeader>,
+    /// Slot 0. `capacity` slots follow.
+    slots: NonNull<Slot<T>>,
+    /// `capacity - 1`, copied from the validated header.
+    mask: u32,
+    /// Number of slots, a power of two, copied from the validated header.
+    capacity: u32,
+    /// Owns or pins the region.
+    keep_alive: KeepAlive,
+    _elems: PhantomData<T>,
+}
+
+impl<T> Clone for RawRing<T> {
+    fn clone(&self) -> Self {
+        Self {
+            hdr: self.hdr,
+            slots: self.slots,
+            mask: self.mask,
+            capacity: self.capacity,
+            keep_alive: Arc::clone(&self.keep_alive),
+            _elems: PhantomData,
+        }
+    }
+}
+
+impl<T> fmt::Debug for RawRing<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RawRing")
+            .field("region", &self.hdr)
+            .field("capacity", &self.capacity)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> RawRing<T> {
+    /// Builds a view of a validated region.
+    ///
+    /// # Safety
+    ///
+    /// `mem` must point to a region formatted for `T` with this `layout` (validated), which
+    /// stays mapped and valid for reads and writes for as long as `keep_alive` lives.
+    pub(crate) unsafe fn new(mem: *mut u8, layout: &RingLayout, keep_alive: KeepAlive) -> Self {
+        debug_assert!(!mem.is_null() && layout.capacity().is_power_of_two());
+        // SAFETY: `slots_offset` is inside the region (validated layout).
+        let slots = unsafe { mem.add(layout.slots_offset()) }.cast::<Slot<T>>();
+        Self {
+            // SAFETY: `mem` is non-null (validated by the caller).
+            hdr: unsafe { NonNull::new_unchecked(mem.cast()) },
+            // SAFETY: derived from a non-null pointer by an in-bounds offset.
+            slots: unsafe { NonNull::new_unchecked(slots) },
+            mask: layout.capacity() as u32 - 1,
+            capacity: layout.capacity() as u32,
+            keep_alive,
+            _elems: PhantomData,
+        }
+    }
+
+    /// Number of slots.
+    #[inline(always)]
+    pub(crate) fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    /// The shared header.
+    #[inline(always)]
+    pub(crate) fn header(&self) -> &RingHeader {
+        // SAFETY: the header was written by `format` and stays valid while `keep_alive` lives;
+        // after formatting it is only accessed through atomics or read-only meta fields.
+        unsafe { self.hdr.as_ref() }
+    }
+
+    /// The producer side's indices.
+    #[inline(always)]
+    pub(crate) fn producer_indices(&self) -> Indices<'_> {
+        let h = self.header();
+        Indices {
+            head: &h.prod_head,
+            tail: &h.prod_tail,
+            opp_tail: &h.cons_tail,
+            base: self.capacity,
+        }
+    }
+
+    /// The consumer side's indices.
+    #[inline(always)]
+    pub(crate) fn consumer_indices(&self) -> Indices<'_> {
+        let h = self.header();
+        Indices {
+            head: &h.cons_head,
+            tail: &h.cons_tail,
+            opp_tail: &h.prod_tail,
+            base: 0,
+        }
+    }
+
+    /// Pointer to the slot of counter `pos`.
+    #[inline(always)]
+    fn slot(&self, pos: u32) -> *mut Slot<T> {
+        let idx = (pos & self.mask) as usize;
+        debug_assert!(idx < self.capacity as usize);
+        // SAFETY: `idx <= mask < capacity`, so the slot lies inside the region.
+        unsafe { self.slots.as_ptr().add(idx) }
+    }
+
+    /// Writes `value` into the slot of counter `pos`.
+    ///
+    /// # Safety
+    ///
+    /// The caller must have claimed `pos` on the producer side and not yet published it.
+    #[inline(always)]
+    pub(crate) unsafe fn write_one(&self, pos: u32, value: T) {
+        // SAFETY: the slot is in bounds; the claim gives us exclusive access (caller).
+        unsafe { (*self.slot(pos)).with_mut(|p| p.write(MaybeUninit::new(value))) };
+    }
+
+    /// Reads the slot of counter `pos`.
+    ///
+    /// # Safety
+    ///
+    /// The caller must have claimed `pos` on the consumer side (so it holds a published element)
+    /// and not yet released it.
+    #[inline(always)]
+    pub(crate) unsafe fn read_one(&self, pos: u32) -> T
+    where
+        T: Copy,
+    {
+        // SAFETY: in bounds; the element was written and published before our claim (caller).
+        unsafe { (*self.slot(pos)).with(|p| (*p).assume_init()) }
+    }
+
+    /// Borrows the element in the slot of counter `pos`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`RawRing::read_one`], and the slot must stay unreleased while the borrow lives.
+    #[inline(always)]
+    pub(crate) unsafe fn slot_ref(&self, pos: u32) -> &T {
+        // SAFETY: in bounds and initialised (caller); nobody writes it until we release it.
+        unsafe { (*self.slot(pos)).with(|p| (*p).assume_init_ref()) }
+    }
+
+    /// Copies `src` into the slots of counters `start .. start + src.len()`, wrapping at the end
+    /// of the slot array: at most two `memcpy`s.
+    ///
+    /// # Safety
+    ///
+    /// The caller must have claimed those counters on the producer side and not yet published
+    /// them; `src.len() <= capacity`.
+    #[inline(always)]
+    pub(crate) unsafe fn write_run(&self, start: u32, src: &[T])
+    where
+        T: Copy,
+    {
+        let cap = self.capacity as usize;
+        let idx = (start & self.mask) as usize;
+        let n = src.len();
+        debug_assert!(n <= cap);
+        let first = n.min(cap - idx);
+        #[cfg(not(loom))]
+        {
+            // Slot<T> is repr(transparent) over MaybeUninit<T>, itself transparent over T.
+            let base = self.slots.as_ptr().cast::<T>();
+            // SAFETY: slots `idx .. idx + first` are inside the array (`first <= cap - idx`),
+            // claimed by us, and cannot overlap the caller's slice.
+            unsafe { ptr::copy_nonoverlapping(src.as_ptr(), base.add(idx), first) };
+            if first < n {
+                // SAFETY: the wrapped part is slots `0 .. n - first`, `n - first <= idx`
+                // because `n <= cap`; claimed by us.
+                unsafe { ptr::copy_nonoverlapping(src.as_ptr().add(first), base, n - first) };
+            }
+        }
+        #[cfg(loom)]
+        for (i, v) in src.iter().enumerate() {
+            // Same two-part split as the memcpy path, element by element so loom sees each
+            // slot access.
+            let slot = if i < first { idx + i } else { i - first };
+            // SAFETY: `slot < cap` by the split arithmetic above; claimed by us (caller).
+            unsafe { (*self.slots.as_ptr().add(slot)).with_mut(|p| p.write(MaybeUninit::new(*v))) };
+        }
+    }
+
+    /// Copies the slots of counters `start .. start + dst.len()` into `dst`; at most two
+    /// `memcpy`s.
+    ///
+    /// # Safety
+    ///
+    /// The caller must have claimed those counters on the consumer side and not yet released
+    /// them; `dst.len() <= capacity`.
+    #[inline(always)]
+    pub(crate) unsafe fn read_run(&self, start: u32, dst: &mut [T])
+    where
+        T: Copy,
+    {
+        let cap = self.capacity as usize;
+        let idx = (start & self.mask) as usize;
+        let n = dst.len();
+        debug_assert!(n <= cap);
+        let first = n.min(cap - idx);
+        #[cfg(not(loom))]
+        {
+            let base = self.slots.as_ptr().cast::<T>().cast_const();
+            // SAFETY: slots `idx .. idx + first` are in the array, claimed by us and published
+            // (initialised) before our claim; `dst` is a distinct exclusive borrow.
+            unsafe { ptr::copy_nonoverlapping(base.add(idx), dst.as_mut_ptr(), first) };
+            if first < n {
+                // SAFETY: wrapped part `0 .. n - first` with `n - first <= idx`; as above.
+                unsafe { ptr::copy_nonoverlapping(base, dst.as_mut_ptr().add(first), n - first) };
+            }
+        }
+        #[cfg(loom)]
+        for (i, v) in dst.iter_mut().enumerate() {
+            let slot = if i < first { idx + i } else { i - first };
+            // SAFETY: `slot < cap` by the split arithmetic; claimed and published (caller).
+            *v = unsafe { (*self.slots.as_ptr().add(slot)).with(|p| (*p).assume_init()) };
+        }
+    }
+}

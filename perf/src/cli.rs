@@ -1,0 +1,238 @@
+//! The `dp-perf` command line.
+//!
+//! ```text
+//! dp-perf [--json] [--quick] [--cpus A,B] <COMMAND> [command options]
+//! ```
+//!
+//! `--json`, `--quick` and `--cpus` are global: they may appear before or after the command.
+//!
+//! # Adding a command
+//!
+//! 1. Put the measurement in its own module with an argument struct (`#[derive(clap::Args)]`)
+//!    and a `run`/`measure` function returning a type that implements [`Report`].
+//! 2. Add a variant to [`Command`] and one arm to [`Command::run`].
+//!
+//! Printing, `--json` and exit codes are handled here for every command.
+//!
+//! # Exit status
+//!
+//! 0 on success, 2 with a one-line message on stderr for a bad argument (unknown option,
+//! malformed value, CPU outside the allowed set, ...), 1 with a one-line message when a
+//! measurement fails.
+
+use std::ffi::OsString;
+use std::io::{self, Write};
+
+use clap::error::ErrorKind;
+use clap::{Args, Parser, Subcommand};
+
+use crate::harness::CpuPair;
+use crate::lcore_perf::{self, LcoreConfig};
+use crate::limit::{self, LimitConfig};
+use crate::ring_perf::{self, RingConfig};
+use crate::{PerfError, Report};
+
+/// The whole command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "dp-perf",
+    version,
+    about = "dataplane perf lab: rings, pools, lcores and host limits, DPDK-comparable",
+    long_about = "dataplane perf lab: measures mempool rings and pools, the lcore poll loop and \
+                  the host's physical limits on two pinned cores, on the same grids as DPDK's \
+                  ring_perf_autotest and mempool_perf_autotest. The two CPUs must be otherwise \
+                  idle: every measurement busy-polls."
+)]
+pub struct Cli {
+    /// Options every command takes.
+    #[command(flatten)]
+    pub common: Common,
+    /// What to measure.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every command takes (global: accepted before or after the command name).
+#[derive(Debug, Clone, Args)]
+pub struct Common {
+    /// Print one JSON object on one line instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Tiny iteration counts: checks that everything runs; the numbers are meaningless.
+    #[arg(long, global = true)]
+    pub quick: bool,
+    /// The two CPUs to use, "A,B": single-core cases and producers run on A, consumers on B.
+    #[arg(long, global = true, value_name = "A,B", default_value = "0,1", value_parser = parse_cpus)]
+    pub cpus: CpuPair,
+}
+
+fn parse_cpus(s: &str) -> Result<CpuPair, String> {
+    s.parse().map_err(|e: PerfError| e.to_string())
+}
+
+/// The measurements.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Ring enqueue/dequeue cost on DPDK's ring_perf_autotest grid (SP/SC and MP/MC; single,
+    /// burst and bulk; one and two cores).
+    Ring(RingArgs),
+    /// Poll-loop iteration cost and inter-lcore message latency and rate.
+    Lcore(LcoreArgs),
+    /// Host limits: one-way cache-line hand-off between the two CPUs and single-core memcpy
+    /// bandwidth.
+    Limit(LimitArgs),
+}
+
+impl Command {
+    /// Checks the CPUs and runs the command.
+    ///
+    /// # Errors
+    ///
+    /// Whatever the command's measurement returns.
+    pub fn run(&self, common: &Common) -> Result<Box<dyn Report>, PerfError> {
+        common.cpus.check()?;
+        Ok(match self {
+            Self::Ring(a) => Box::new(a.run(common)?),
+            Self::Lcore(a) => Box::new(a.run(common)?),
+            Self::Limit(a) => Box::new(a.run(common)?),
+        })
+    }
+}
+
+/// Options of `dp-perf ring`.
+#[derive(Debug, Clone, Args)]
+pub struct RingArgs {
+    /// Timed repetitions per one-core case (median reported) [default: 5; 1 with --quick].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub reps: Option<u32>,
+    /// Timed repetitions per two-core case (median reported) [default: 3; 1 with --quick].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub two_core_reps: Option<u32>,
+}
+
+impl RingArgs {
+    fn run(&self, common: &Common) -> Result<ring_perf::RingReport, PerfError> {
+        let mut cfg = if common.quick {
+            RingConfig::quick(common.cpus)
+        } else {
+            RingConfig::full(common.cpus)
+        };
+        if let Some(r) = self.reps {
+            cfg.reps = r as usize;
+        }
+        if let Some(r) = self.two_core_reps {
+            cfg.two_core_reps = r as usize;
+        }
+        ring_perf::measure(&cfg)
+    }
+}
+
+/// Options of `dp-perf lcore`.
+#[derive(Debug, Clone, Args)]
+pub struct LcoreArgs {
+    /// Pollers (none of which ever reports work) in the loop-overhead run.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub idle_pollers: u32,
+}
+
+impl LcoreArgs {
+    fn run(&self, common: &Common) -> Result<lcore_perf::LcoreReport, PerfError> {
+        lcore_perf::measure(&LcoreConfig {
+            cpus: common.cpus,
+            idle_pollers: self.idle_pollers as usize,
+            quick: common.quick,
+        })
+    }
+}
+
+/// Options of `dp-perf limit`.
+#[derive(Debug, Clone, Args)]
+pub struct LimitArgs {
+    /// Size of each memcpy buffer in MiB [default: 64; 1 with --quick].
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub memcpy_mib: Option<u32>,
+}
+
+impl LimitArgs {
+    fn run(&self, common: &Common) -> Result<limit::LimitReport, PerfError> {
+        let mut cfg = if common.quick {
+            LimitConfig::quick(common.cpus)
+        } else {
+            LimitConfig::full(common.cpus)
+        };
+        if let Some(mib) = self.memcpy_mib {
+            cfg.memcpy_bytes = (mib as usize) << 20;
+        }
+        limit::measure(&cfg)
+    }
+}
+
+/// Parses `args` (including the program name), runs the command and prints its report to
+/// `out` (or help/version text); errors go to `err` as one line. Returns the exit status.
+pub fn main_with<I, T>(args: I, out: &mut dyn Write, err: &mut dyn Write) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => return clap_error(&e, out, err),
+    };
+    let report = match cli.command.run(&cli.common) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = writeln!(err, "dp-perf: error: {e}");
+            return e.exit_code();
+        }
+    };
+    let printed = if cli.common.json {
+        writeln!(out, "{}", report.to_json())
+    } else {
+        report.write_table(out)
+    };
+    match printed.and_then(|()| out.flush()) {
+        Ok(()) => 0,
+        // A closed pipe (`dp-perf ring | head`) is not worth a message.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => 0,
+        Err(e) => {
+            let _ = writeln!(err, "dp-perf: error: cannot write the report: {e}");
+            1
+        }
+    }
+}
+
+/// Help and version go to `out` with status 0; every other clap error becomes one line on
+/// `err` with status 2.
+fn clap_error(e: &clap::Error, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = write!(out, "{e}");
+            0
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => {
+            let names: Vec<String> = <Cli as clap::CommandFactory>::command()
+                .get_subcommands()
+                .filter(|c| c.get_name() != "help")
+                .map(|c| c.get_name().to_owned())
+                .collect();
+            let _ = writeln!(
+                err,
+                "dp-perf: error: no command given; one of: {} (see dp-perf --help)",
+                names.join(", ")
+            );
+            2
+        }
+        _ => {
+            let text = e.to_string();
+            let first = text
+                .lines()
+                .map(str::trim)
+                .find(|l| !l.is_empty())
+                .unwrap_or("invalid arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            let _ = writeln!(err, "dp-perf: error: {first} (see dp-perf --help)");
+            2
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! How commands hand their results to the CLI.
+
+use std::io;
+
+/// The result of one `dp-perf` command: printed as one JSON object with `--json`, else as a
+/// human-readable table.
+///
+/// Each command module returns its own report type; the CLI only sees this trait, so a new
+/// command needs no change to the printing code.
+pub trait Report {
+    /// The JSON object printed with `--json`. Its top-level key names the command
+    /// (`{"ring": ...}`), so outputs of several commands can be merged.
+    fn to_json(&self) -> serde_json::Value;
+
+    /// The table printed without `--json`.
+    ///
+    /// # Errors
+    ///
+    /// Errors of `out`.
+    fn write_table(&self, out: &mut dyn io::Write) -> io::Result<()>;
+}

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The project's test command (README "Run the tests"). Runs every test in release mode
+# (the data-path tests move millions of messages), at most two tests at a time so
+# busy-polling tests never oversubscribe a 2-core machine, then the loom models.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== cargo test (release)"
+cargo test --workspace --release -- --test-threads=2
+
+echo "== loom models (mempool rings and pools)"
+RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
+  cargo test -p mempool --release --test 'loom_*' 2>&1 | tail -n 5
