@@ -14,3 +14,5 @@
 #![deny(unsafe_code)]
 
 pub mod fabric;
+pub mod rsocket;
+pub mod wire;
