@@ -424,7 +424,9 @@ pub trait CmChannel: Send {
         private_data: &[u8],
     ) -> Result<(ConnId, <Self::P as Provider>::Qp)>;
 
-    /// Accepts a request with a new queue pair (`rdma_create_qp` + `rdma_accept`).
+    /// Accepts a request with a new queue pair (`rdma_create_qp` + `rdma_accept`). As with
+    /// `rdma_accept`, the queue pair is ready to send when this returns; the peer's
+    /// ready-to-use later produces [`CmEvent::Established`].
     fn accept(
         &mut self,
         request: <Self::P as Provider>::ConnRequest,

@@ -237,6 +237,7 @@ pub struct StreamConn {
     // Sender.
     sseq_no: u16,
     sseq_comp: u16,
+    got_credit_update: bool,
     sqe_avail: u32,
     sbuf_bytes_avail: u32,
     sbuf_off: u32,
@@ -296,6 +297,7 @@ impl StreamConn {
             remote_iomap: RsSge::default(),
             sseq_no: 0,
             sseq_comp: 0,
+            got_credit_update: false,
             sqe_avail: cfg.sq_size.saturating_sub(RS_QP_CTRL_SIZE),
             sbuf_bytes_avail: cfg.sbuf_size,
             sbuf_off: 0,
@@ -322,6 +324,11 @@ impl StreamConn {
     /// The configuration.
     pub fn config(&self) -> &StreamConfig {
         &self.cfg
+    }
+
+    /// Lowers the inline limit to what the queue pair granted.
+    pub fn clamp_inline(&mut self, max: u32) {
+        self.cfg.sq_inline = self.cfg.sq_inline.min(max);
     }
 
     /// Counters.
@@ -387,11 +394,14 @@ impl StreamConn {
             };
             self.remote_iomap_used = vec![false; peer.iomap_size as usize];
         }
-        // Our first target entry is the peer's first receive half; the peer fills entry 1.
+        // Our first target entry is the peer's first receive half; the peer fills entry 1
+        // (possibly already: its first credit update may arrive before we process the
+        // connection event, so entry 1 is left as it is).
         let first = peer.data_buf.to_bytes(HOST_BIG_ENDIAN);
         io.write(Buf::Target, 0, &first);
-        io.write(Buf::Target, RsSge::LEN as u32, &[0u8; 16]);
-        self.sseq_comp = peer.credits;
+        if !self.got_credit_update {
+            self.sseq_comp = peer.credits;
+        }
         self.connected = true;
         self.readable = true;
         self.writable = true;
@@ -641,7 +651,10 @@ impl StreamConn {
         };
         let msg = RsMsg(imm);
         match msg.op() {
-            RsOp::Sgl => self.sseq_comp = msg.data() as u16,
+            RsOp::Sgl => {
+                self.sseq_comp = msg.data() as u16;
+                self.got_credit_update = true;
+            }
             RsOp::Ctrl => match RsCtrl::from(msg.data()) {
                 RsCtrl::Disconnect => {
                     self.disconnected = true;

@@ -6,12 +6,21 @@
 //!   entries, datagram headers);
 //! * [`conn`]: the stream protocol as a sans-IO state machine (credits, target SGL, sends
 //!   and receives, shutdown, keepalive, iomap);
-//! * [`sim`]: a deterministic simulated fabric for the state machine.
+//! * [`sim`]: a deterministic simulated fabric for the state machine;
+//! * [`ctx`]: the socket layer over any fabric provider ([`RsContext`], socket ids), and
+//!   [`RsStream`]/[`RsListener`], its `std::net`-like face.
 #![deny(unsafe_code)]
 
+mod arena;
 pub mod conn;
+pub mod ctx;
 pub mod error;
+pub mod opts;
 pub mod sim;
+mod stream;
 
 pub use conn::{Ready, Shutdown, StreamConfig, StreamConn};
+pub use ctx::{RecvFlags, RsContext, SendFlagsRs, SockId};
 pub use error::RsError;
+pub use opts::{RsConfig, SockOpt, SockOptName, SockOpts};
+pub use stream::{RsListener, RsStream};

@@ -263,8 +263,12 @@ impl Region {
         Self::map_shared(fd, len, page_size, name, false)
     }
 
-    /// [`Region::from_shared`] without the notice line, for control segments mapped in
-    /// large numbers (one per connection).
+    /// [`Region::from_shared`] for control segments mapped in large numbers (one or more
+    /// per connection): no notice line, and the descriptor is closed once the memory is
+    /// mapped (the mapping stays valid), so thousands of peer mappings do not use
+    /// thousands of descriptors. Such a region cannot be shared again: its
+    /// [`share_handle`](Region::share_handle) is `None` and the [`registry`] does not list
+    /// it.
     ///
     /// # Errors
     ///
@@ -330,7 +334,9 @@ impl Region {
             mem: Memory::Mmap(map),
             len,
             page_size,
-            file: Some(file),
+            // Quiet peer mappings give their descriptor back at once (see
+            // `from_shared_quiet`); the kernel keeps the mapped pages alive.
+            file: (!quiet).then_some(file),
         };
         Ok(Self::finish(
             name, mapped, backend, residency, None, true, quiet,
@@ -349,7 +355,7 @@ impl Region {
     ) -> Self {
         debug_assert!(m.len > 0 && m.len.is_multiple_of(m.page_size));
         debug_assert!((m.mem.as_ptr() as usize).is_multiple_of(m.page_size));
-        debug_assert_eq!(m.file.is_some(), backend.is_shareable());
+        debug_assert!(m.file.is_none() || backend.is_shareable());
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         if let Some(file) = &m.file {
             registry::insert(

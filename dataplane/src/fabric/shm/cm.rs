@@ -651,7 +651,9 @@ impl CmChannel for ShmCm {
             &qp.core,
         );
         let (ep, fds) = our_endpoint(&qp.core, &conn)?;
-        qp.core.set_state(QpState::Rtr);
+        // As rdma_accept does on InfiniBand and RoCE, the passive queue pair is ready to
+        // send at once (RTR then RTS); the RTU later only produces the Established event.
+        qp.core.set_state(QpState::Rts);
         if let Err(e) = send_with_fds(&conn, &Msg::Rep { ep, pdata }, &fds) {
             conn.finish(false);
             lock(&self.ch.conns).remove(&conn_id);

@@ -69,6 +69,7 @@ pub(crate) struct CqShared {
     ops: Mutex<Vec<(u32, Option<SlotEntry>)>>,
     ops_pending: AtomicBool,
     used: Mutex<Vec<bool>>,
+    max_slots: usize,
 }
 
 // SAFETY: db_seg keeps the doorbell mapped; the doorbell is accessed through atomics only.
@@ -101,10 +102,10 @@ impl CqShared {
 
     pub(crate) fn reserve_slot(&self) -> Result<u32> {
         let mut u = lock(&self.used);
-        let i = u.iter().position(|b| !*b).ok_or(FabricError::Exhausted {
+        let i = u[..self.max_slots].iter().position(|b| !*b).ok_or(FabricError::Exhausted {
             what: "queue pairs on this completion queue",
-            limit: DOORBELL_SLOTS as u64,
-            hint: "spread queue pairs over more completion queues",
+            limit: self.max_slots as u64,
+            hint: "create the completion queue deeper, or spread queue pairs over more queues",
         })?;
         u[i] = true;
         Ok(i as u32)
@@ -169,7 +170,10 @@ impl ShmCq {
             why: e.to_string(),
         };
         let (ctx, crx) = Ring::<Completion>::mpsc(cap).map_err(ring_err)?;
-        let (atx, arx) = Ring::<u32>::mpsc(2 * DOORBELL_SLOTS).map_err(ring_err)?;
+        // Queue pairs on this queue are bounded by its depth (each needs at least one entry),
+        // so the attention ring (one entry per queue pair, doubled for slack) is sized by it.
+        let max_slots = cap.clamp(32, DOORBELL_SLOTS);
+        let (atx, arx) = Ring::<u32>::mpsc(2 * max_slots).map_err(ring_err)?;
         let mut slots = Vec::with_capacity(DOORBELL_SLOTS);
         slots.resize_with(DOORBELL_SLOTS, || None);
         Ok(Self {
@@ -181,6 +185,7 @@ impl ShmCq {
                 ops: Mutex::new(Vec::new()),
                 ops_pending: AtomicBool::new(false),
                 used: Mutex::new(vec![false; DOORBELL_SLOTS]),
+                max_slots,
             }),
             local: crx,
             attn: arx,

@@ -370,9 +370,9 @@ fn on_rep(
     let _ = q.peer.set(peer);
     q.set_state(QpState::Rts);
     *lock(&c.state) = ConnState::Established;
-    if c.send(&Msg::Rtu, &[]).is_err() {
-        return false;
-    }
+    // If the RTU cannot be sent the peer has already gone: the connection was established
+    // and the hang-up (read next) reports the disconnect.
+    let _ = c.send(&Msg::Rtu, &[]);
     if let Some(ch) = c.channel.upgrade() {
         ch.push(CmEvent::Established {
             conn: c.id,
