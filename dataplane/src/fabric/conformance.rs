@@ -148,6 +148,12 @@ pub fn next_event<P: Provider>(cm: &mut P::Cm, what: &str) -> Result<CmEvent<P>,
         .ok_or_else(|| format!("no CM event within {WAIT:?} while waiting for {what}"))
 }
 
+/// True if `got` is `sent` followed only by zeros: IB and RoCE deliver private data padded
+/// to the CM message's fixed size, so receivers see the sender's bytes as a prefix.
+pub fn padded_eq(got: &[u8], sent: &[u8]) -> bool {
+    got.len() >= sent.len() && got[..sent.len()] == *sent && got[sent.len()..].iter().all(|b| *b == 0)
+}
+
 /// Connects a pair: `a` actively to `b`'s listener on `port`.
 pub fn connect<P: Provider>(
     env: &Env<P>,
@@ -189,7 +195,7 @@ pub fn connect<P: Provider>(
         e => return Err(format!("expected ConnectRequest, got {e:?}")),
     };
     ensure!(
-        request.private_data() == req,
+        padded_eq(request.private_data(), req),
         "REQ private data {:?} != {:?}",
         request.private_data(),
         req
@@ -209,7 +215,7 @@ pub fn connect<P: Provider>(
     match next_event::<P>(&mut cm_a, "Established (active)")? {
         CmEvent::Established { conn, private_data } => {
             ensure!(conn == conn_a, "established {conn:?}, expected {conn_a:?}");
-            ensure!(private_data.as_bytes() == rep, "REP private data mismatch");
+            ensure!(padded_eq(private_data.as_bytes(), rep), "REP private data mismatch");
         }
         e => {
             return Err(format!(
@@ -684,9 +690,17 @@ pub fn check_dereg_revokes<P: Provider>(env: &Env<P>) -> Check {
     Ok(())
 }
 
-/// A local key, range or rights violation completes with a local protection error.
+/// A local key violation fails the request locally: no byte reaches the peer, the
+/// completion reports a local error, and the queue pair moves to the error state.
+///
+/// The IB specification's status is `LOC_PROT_ERR`, which the shm provider and NICs
+/// report. Soft-RoCE (rxe) reports `LOC_QP_OP_ERR` instead: its `copy_data()` returns
+/// `-EINVAL` for an unknown key and the requester maps only `-EFAULT` to a protection
+/// error (`rxe_req.c`). Both are accepted; any other status fails the check.
 pub fn check_local_protection<P: Provider>(env: &Env<P>) -> Check {
     let mut p = connect(env, env.port, caps(), &[], &[])?;
+    p.a.fill(0, 64, |_| 0xEE);
+    p.b.fill(0, 64, |_| 0x11);
     let mut sge = [p.a.mr.sge(0, 64)];
     sge[0].lkey ^= 0x0077_0000;
     p.a.qp
@@ -694,10 +708,12 @@ pub fn check_local_protection<P: Provider>(env: &Env<P>) -> Check {
         .map_err(fe("post"))?;
     let (ca, _) = poll_n(&mut p, 1, 0)?;
     ensure!(
-        ca[0].status == WcStatus::LocProtErr,
+        matches!(ca[0].status, WcStatus::LocProtErr | WcStatus::LocQpOpErr),
         "bad lkey: {:?}",
         ca[0]
     );
+    ensure!((0..64).all(|i| p.b.byte(i) == 0x11), "bytes moved despite a bad lkey");
+    ensure!(p.a.qp.state() == QpState::Error, "QP state after a local error: {:?}", p.a.qp.state());
     Ok(())
 }
 
@@ -777,7 +793,7 @@ pub fn check_reject_and_unreachable<P: Provider>(env: &Env<P>) -> Check {
         CmEvent::Rejected { conn, private_data } => {
             ensure!(conn == c, "{conn:?}");
             ensure!(
-                private_data.as_bytes().starts_with(b"go away"),
+                padded_eq(private_data.as_bytes(), b"go away"),
                 "REJ data {private_data:?}"
             );
         }

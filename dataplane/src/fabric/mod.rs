@@ -19,6 +19,8 @@ pub mod error;
 pub mod shm;
 pub mod traits;
 pub mod types;
+#[cfg(feature = "verbs")]
+pub mod verbs;
 
 pub use error::{FabricError, PostError, PostErrorKind};
 pub use traits::{

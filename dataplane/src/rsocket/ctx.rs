@@ -680,28 +680,49 @@ impl<P: Provider> std::fmt::Debug for RsContext<P> {
 
 /// Spins for `polling_time`, then yields for a while, then sleeps in short steps: a blocking
 /// call busy-polls first (latency) and stops burning a core when nothing comes.
+///
+/// Reading the clock costs as much as a poll on some hosts, so the waiter reads it only
+/// once it is actually waiting, and then only every [`Waiter::CHECK`] spins.
 struct Waiter {
-    start: StdInstant,
+    start: Option<StdInstant>,
     spin: Duration,
+    spins: u32,
+    phase: u8,
 }
 
 impl Waiter {
+    const CHECK: u32 = 256;
+
     fn new(spin: Duration) -> Self {
         Self {
-            start: StdInstant::now(),
+            start: None,
             spin,
+            spins: 0,
+            phase: 0,
         }
     }
 
     fn reset(&mut self) {
-        self.start = StdInstant::now();
+        self.start = None;
+        self.spins = 0;
+        self.phase = 0;
     }
 
     fn wait(&mut self) {
-        let e = self.start.elapsed();
-        if e < self.spin {
-            core::hint::spin_loop();
-        } else if e < self.spin + Duration::from_millis(2) {
+        if self.phase == 0 {
+            self.spins += 1;
+            if !self.spins.is_multiple_of(Self::CHECK) {
+                core::hint::spin_loop();
+                return;
+            }
+            let start = *self.start.get_or_insert_with(StdInstant::now);
+            if start.elapsed() >= self.spin {
+                self.phase = 1;
+            }
+            return;
+        }
+        let e = self.start.map_or(Duration::ZERO, |s| s.elapsed());
+        if e < self.spin + Duration::from_millis(2) {
             std::thread::yield_now();
         } else {
             std::thread::sleep(Duration::from_micros(50));
@@ -753,6 +774,13 @@ impl<P: Provider> RsContext<P> {
     /// idle). Call it from an lcore poller to serve many sockets from one loop.
     pub fn progress(&self) -> usize {
         self.lock().progress()
+    }
+
+    /// Runs `f` with the context's device and protection domain (for socket kinds that
+    /// manage their own queue pairs, such as datagram sockets).
+    pub(crate) fn with_device<R>(&self, f: impl FnOnce(&P::Device, &P::Pd, &RsConfig) -> R) -> R {
+        let c = self.lock();
+        f(&c.dev, &c.pd, &c.cfg)
     }
 
     /// The busy-poll time of blocking calls.
