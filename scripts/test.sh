@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 echo "== cargo test (release)"
 cargo test --workspace --release -- --test-threads=2
 
+echo "== verbs provider (hardware tests run when DP_TEST_DEVICE names a device)"
+cargo test -p dataplane --features verbs --release --lib --test verbs_nodevice --test verbs_conformance --test verbs_hw -- --test-threads=1
+
 echo "== loom models (mempool rings and pools)"
 RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
   cargo test -p mempool --release --test 'loom_*' 2>&1 | tail -n 5

@@ -72,7 +72,11 @@ impl<P: Provider> Arena<P> {
         let local = pd
             .reg_region(&mem, 0, mem.len(), Access::LOCAL_WRITE)
             .map_err(|_| RsError::NoMemory)?;
-        self.regions.push(ArenaRegion { mem, local, next: len });
+        self.regions.push(ArenaRegion {
+            mem,
+            local,
+            next: len,
+        });
         Ok(Block {
             region: self.regions.len() - 1,
             off: 0,
@@ -85,7 +89,11 @@ impl<P: Provider> Arena<P> {
     }
 
     /// Allocates and registers the buffers of one stream socket.
-    pub(crate) fn stream_bufs(&mut self, pd: &P::Pd, cfg: &StreamConfig) -> Result<SockBufs<P>, RsError> {
+    pub(crate) fn stream_bufs(
+        &mut self,
+        pd: &P::Pd,
+        cfg: &StreamConfig,
+    ) -> Result<SockBufs<P>, RsError> {
         let sbuf_len = (cfg.sbuf_size + CTRL_AREA) as usize;
         let rbuf_len = cfg.rbuf_size as usize;
         let target_len = cfg.target_len() as usize;
@@ -94,8 +102,12 @@ impl<P: Provider> Arena<P> {
         let sbuf = block.off;
         let rbuf = (sbuf + sbuf_len).next_multiple_of(8);
         let target = rbuf + rbuf_len;
-        let Ok(remote) = pd.reg_region(&r.mem, rbuf, rbuf_len + target_len, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
-        else {
+        let Ok(remote) = pd.reg_region(
+            &r.mem,
+            rbuf,
+            rbuf_len + target_len,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        ) else {
             self.release(block);
             return Err(RsError::NoMemory);
         };

@@ -378,7 +378,12 @@ impl StreamConn {
     ///
     /// # Errors
     /// [`RsError::Invalid`] if the peer's description is unusable.
-    pub fn establish(&mut self, peer: &ConnDataRepr, io: &mut impl RsIo, now: Instant) -> Result<(), RsError> {
+    pub fn establish(
+        &mut self,
+        peer: &ConnDataRepr,
+        io: &mut impl RsIo,
+        now: Instant,
+    ) -> Result<(), RsError> {
         if peer.target_sgl.length != RS_SGL_SIZE || peer.data_buf.length == 0 {
             self.stats.protocol_errors += 1;
             return Err(RsError::Invalid);
@@ -461,7 +466,10 @@ impl StreamConn {
     /// Readiness for `poll`.
     pub fn readiness(&self, io: &impl RsIo) -> Ready {
         Ready {
-            readable: !self.rmsg.is_empty() || !self.readable || self.disconnected || self.error.is_some(),
+            readable: !self.rmsg.is_empty()
+                || !self.readable
+                || self.disconnected
+                || self.error.is_some(),
             writable: self.can_send(io) || !self.writable,
             hup: self.disconnected,
             err: self.error.is_some(),
@@ -533,7 +541,11 @@ impl StreamConn {
             // lands).
             target.addr += u64::from(xfer);
             target.length -= xfer;
-            io.write(Buf::Target, self.target_sge * RsSge::LEN as u32, &target.to_bytes(HOST_BIG_ENDIAN));
+            io.write(
+                Buf::Target,
+                self.target_sge * RsSge::LEN as u32,
+                &target.to_bytes(HOST_BIG_ENDIAN),
+            );
             if target.length == 0 {
                 self.target_sge = (self.target_sge + 1) % RS_SGL_SIZE;
             }
@@ -552,7 +564,11 @@ impl StreamConn {
             );
             sent += xfer as usize;
         }
-        if sent == 0 { Err(RsError::WouldBlock) } else { Ok(sent) }
+        if sent == 0 {
+            Err(RsError::WouldBlock)
+        } else {
+            Ok(sent)
+        }
     }
 
     /// Copies `chunk` into the send ring (wrapping into two segments if needed).
@@ -588,7 +604,11 @@ impl StreamConn {
     pub fn recv(&mut self, buf: &mut [u8], peek: bool, io: &impl RsIo) -> Result<usize, RsError> {
         if self.rmsg.is_empty() {
             if let Some(e) = self.error {
-                return Err(if e == RsError::Io { RsError::ConnReset } else { e });
+                return Err(if e == RsError::Io {
+                    RsError::ConnReset
+                } else {
+                    e
+                });
             }
             if !self.connected {
                 return Err(RsError::NotConnected);
@@ -609,7 +629,11 @@ impl StreamConn {
             let first = n.min(self.cfg.rbuf_size - off);
             io.read(Buf::Rbuf, off, &mut buf[copied..copied + first as usize]);
             if first < n {
-                io.read(Buf::Rbuf, 0, &mut buf[copied + first as usize..copied + n as usize]);
+                io.read(
+                    Buf::Rbuf,
+                    0,
+                    &mut buf[copied + first as usize..copied + n as usize],
+                );
             }
             off = (off + n) % self.cfg.rbuf_size;
             copied += n as usize;
@@ -683,7 +707,12 @@ impl StreamConn {
                 self.stats.data_msgs_received += 1;
                 self.rmsg.push_back(RMsg { len: msg.data() });
             }
-            RsOp::IomapSgl | RsOp::Write | RsOp::RsvdDataMore | RsOp::RsvdDraMore | RsOp::Rsvd | RsOp::Unknown(_) => {}
+            RsOp::IomapSgl
+            | RsOp::Write
+            | RsOp::RsvdDataMore
+            | RsOp::RsvdDraMore
+            | RsOp::Rsvd
+            | RsOp::Unknown(_) => {}
         }
         self.to_repost += 1;
     }
@@ -738,7 +767,8 @@ impl StreamConn {
     }
 
     fn give_credits(&self) -> bool {
-        (self.rbuf_bytes_avail >= self.cfg.rbuf_size / 2 || (self.rseq_no.wrapping_sub(self.rseq_comp) as i16) >= 0)
+        (self.rbuf_bytes_avail >= self.cfg.rbuf_size / 2
+            || (self.rseq_no.wrapping_sub(self.rseq_comp) as i16) >= 0)
             && self.ctrl_slot_free()
             && self.connected
             && !self.disconnected
@@ -762,7 +792,8 @@ impl StreamConn {
             let local = if self.cfg.sq_inline >= RsSge::LEN as u32 {
                 Local::Inline(&bytes)
             } else {
-                let off = self.cfg.sbuf_size + RS_MAX_CTRL_MSG * (self.ctrl_seqno & (RS_QP_CTRL_SIZE - 1));
+                let off = self.cfg.sbuf_size
+                    + RS_MAX_CTRL_MSG * (self.ctrl_seqno & (RS_QP_CTRL_SIZE - 1));
                 io.write(Buf::Sbuf, off, &bytes);
                 Local::Segs(
                     Seg {
@@ -819,7 +850,11 @@ impl StreamConn {
             }
             Shutdown::Write => {
                 self.writable = false;
-                Some(if self.readable { RsCtrl::Shutdown } else { RsCtrl::Disconnect })
+                Some(if self.readable {
+                    RsCtrl::Shutdown
+                } else {
+                    RsCtrl::Disconnect
+                })
             }
             Shutdown::Read => {
                 self.readable = false;
@@ -935,7 +970,10 @@ impl StreamConn {
     /// [`RsError::WouldBlock`] if a publication must wait for a send slot.
     pub fn send_iomaps(&mut self, io: &mut impl RsIo) -> Result<(), RsError> {
         while let Some(p) = self.iomap_pending.front().copied() {
-            if self.sqe_avail < 1 || self.sbuf_bytes_avail < RsIomap::LEN as u32 || !self.is_connected() {
+            if self.sqe_avail < 1
+                || self.sbuf_bytes_avail < RsIomap::LEN as u32
+                || !self.is_connected()
+            {
                 return Err(RsError::WouldBlock);
             }
             let bytes = p.map.to_bytes(self.peer_be);
@@ -964,9 +1002,14 @@ impl StreamConn {
     fn find_iomap(&self, io: &impl RsIo, offset: u64) -> Option<RsIomap> {
         (0..self.cfg.target_iomap_size).find_map(|i| {
             let mut b = [0u8; RsIomap::LEN];
-            io.read(Buf::Target, RS_SGL_SIZE * RsSge::LEN as u32 + i * RsIomap::LEN as u32, &mut b);
+            io.read(
+                Buf::Target,
+                RS_SGL_SIZE * RsSge::LEN as u32 + i * RsIomap::LEN as u32,
+                &mut b,
+            );
             let m = RsIomap::read(&b, HOST_BIG_ENDIAN)?;
-            (m.sge.length > 0 && offset >= m.offset && offset - m.offset < u64::from(m.sge.length)).then_some(m)
+            (m.sge.length > 0 && offset >= m.offset && offset - m.offset < u64::from(m.sge.length))
+                .then_some(m)
         })
     }
 
@@ -978,7 +1021,12 @@ impl StreamConn {
     /// [`RsError::Invalid`] if `offset` is not inside a mapping the peer published;
     /// [`RsError::WouldBlock`] if nothing could be queued now; [`RsError::ConnReset`] if the
     /// socket cannot send.
-    pub fn iowrite(&mut self, data: &[u8], offset: u64, io: &mut impl RsIo) -> Result<usize, RsError> {
+    pub fn iowrite(
+        &mut self,
+        data: &[u8],
+        offset: u64,
+        io: &mut impl RsIo,
+    ) -> Result<usize, RsError> {
         if !self.writable || !self.is_connected() {
             return Err(RsError::ConnReset);
         }
@@ -1009,7 +1057,9 @@ impl StreamConn {
                 left
             };
             let room = u64::from(m.sge.length) - (at - m.offset);
-            xfer = xfer.min(self.sbuf_bytes_avail).min(room.min(u64::from(u32::MAX)) as u32);
+            xfer = xfer
+                .min(self.sbuf_bytes_avail)
+                .min(room.min(u64::from(u32::MAX)) as u32);
             let chunk = &data[done..done + xfer as usize];
             let local = if xfer <= self.cfg.sq_inline {
                 Local::Inline(chunk)
@@ -1030,6 +1080,10 @@ impl StreamConn {
             self.post(io, &wr);
             done += xfer as usize;
         }
-        if done == 0 { Err(RsError::WouldBlock) } else { Ok(done) }
+        if done == 0 {
+            Err(RsError::WouldBlock)
+        } else {
+            Ok(done)
+        }
     }
 }

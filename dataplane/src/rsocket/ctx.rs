@@ -21,15 +21,16 @@ use mempool::memory::Region;
 
 use super::arena::{ARENA_CHUNK, Arena, SockBufs};
 use super::conn::{Buf, Local, Ready, RsIo, RsWr, Shutdown, StreamConn};
-use super::error::RsError;
+use super::error::{RsError, fabric_err};
 use super::opts::{RsConfig, SockOpt, SockOptName, SockOpts};
+use super::wait::Waiter;
 use crate::fabric::{
-    Access, CmChannel, CmEvent, Completion, CompletionQueue, ConnId, ConnRequest, Device, FabricError, ListenId,
-    MemoryRegion, Payload, PostError, ProtectionDomain, Provider, QpCaps, QpInit, RcQueuePair, RecvWr, SendFlags,
-    SendOp, SendWr, Sge,
+    Access, CmChannel, CmEvent, Completion, CompletionQueue, ConnId, ConnRequest, Device,
+    FabricError, ListenId, MemoryRegion, Payload, PostError, ProtectionDomain, Provider, QpCaps,
+    QpInit, RcQueuePair, RecvWr, SendFlags, SendOp, SendWr, Sge,
 };
-use crate::wire::rsocket::{ConnData, ConnDataRepr, RsSge};
 use crate::wire::Error as WireError;
+use crate::wire::rsocket::{ConnData, ConnDataRepr, RsSge};
 
 /// Names a socket of a context.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -112,11 +113,15 @@ struct Io<'a, P: Provider> {
 
 impl<P: Provider> RsIo for Io<'_, P> {
     fn read(&self, buf: Buf, off: u32, dst: &mut [u8]) {
-        self.bufs.mem.copy_out(self.bufs.offset(buf) + off as usize, dst);
+        self.bufs
+            .mem
+            .copy_out(self.bufs.offset(buf) + off as usize, dst);
     }
 
     fn write(&mut self, buf: Buf, off: u32, src: &[u8]) {
-        self.bufs.mem.copy_in(self.bufs.offset(buf) + off as usize, src);
+        self.bufs
+            .mem
+            .copy_in(self.bufs.offset(buf) + off as usize, src);
     }
 
     fn post_send(&mut self, wr: &RsWr<'_>) -> Result<(), PostError> {
@@ -203,17 +208,6 @@ pub(crate) struct Ctx<P: Provider> {
     clock: RealClock,
     scratch: Vec<Completion>,
     keepalive_socks: usize,
-}
-
-fn fabric_err(e: &FabricError) -> RsError {
-    RsError::from_errno(std::io::Error::from(e.io_kind()).raw_os_error().unwrap_or(match e {
-        FabricError::ConnectionRefused { .. } => libc::ECONNREFUSED,
-        FabricError::AddrInUse { .. } => libc::EADDRINUSE,
-        FabricError::Timeout { .. } => libc::ETIMEDOUT,
-        FabricError::InvalidArgument { .. } | FabricError::PrivateDataTooLong { .. } => libc::EINVAL,
-        FabricError::Exhausted { .. } => libc::ENOMEM,
-        _ => libc::EIO,
-    }))
 }
 
 impl<P: Provider> Ctx<P> {
@@ -333,9 +327,8 @@ impl<P: Provider> Ctx<P> {
                     return;
                 };
                 let peer = match st.phase {
-                    Phase::Connecting => {
-                        ConnData::new_checked(private_data.as_bytes()).and_then(|p| ConnDataRepr::parse(&p))
-                    }
+                    Phase::Connecting => ConnData::new_checked(private_data.as_bytes())
+                        .and_then(|p| ConnDataRepr::parse(&p)),
                     // Accepted sockets are established at accept; the RTU adds nothing.
                     Phase::Established => return,
                 };
@@ -413,14 +406,19 @@ impl<P: Provider> Ctx<P> {
     }
 
     fn release_stream(&mut self, st: Stream<P>) {
-        let Stream { qp, cq, bufs, maps, .. } = st;
+        let Stream {
+            qp, cq, bufs, maps, ..
+        } = st;
         drop(maps);
         drop(qp);
         drop(cq);
         self.arena.free(bufs);
     }
 
-    fn new_stream(&mut self, opts: &SockOpts) -> Result<(StreamConn, SockBufs<P>, P::Cq, QpCaps), RsError> {
+    fn new_stream(
+        &mut self,
+        opts: &SockOpts,
+    ) -> Result<(StreamConn, SockBufs<P>, P::Cq, QpCaps), RsError> {
         let attr = self.dev.attr();
         let cfg = opts.stream_config(attr.max_qp_wr, attr.max_inline_data);
         let bufs = self.arena.stream_bufs(&self.pd, &cfg)?;
@@ -501,7 +499,9 @@ impl<P: Provider> Ctx<P> {
                 };
                 (r, sock.opts.clone(), sock.nonblocking)
             };
-            let Ok(peer) = ConnData::new_checked(request.private_data()).and_then(|p| ConnDataRepr::parse(&p)) else {
+            let Ok(peer) =
+                ConnData::new_checked(request.private_data()).and_then(|p| ConnDataRepr::parse(&p))
+            else {
                 // librdmacm rejects requests of another version (or malformed ones).
                 let _ = self.cm.reject(request, &[]);
                 continue;
@@ -569,7 +569,10 @@ impl<P: Provider> Ctx<P> {
             _ => return Err(RsError::Invalid),
         }
         let addr = sock.bound.ok_or(RsError::Invalid)?;
-        let lid = self.cm.listen(addr, backlog.max(1)).map_err(|e| fabric_err(&e))?;
+        let lid = self
+            .cm
+            .listen(addr, backlog.max(1))
+            .map_err(|e| fabric_err(&e))?;
         let bound = self.cm.listen_addr(lid).unwrap_or(addr);
         let sock = self.sock(id)?;
         sock.bound = Some(bound);
@@ -674,59 +677,9 @@ impl<P: Provider> Clone for RsContext<P> {
 
 impl<P: Provider> std::fmt::Debug for RsContext<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RsContext").field("provider", &P::NAME).finish()
-    }
-}
-
-/// Spins for `polling_time`, then yields for a while, then sleeps in short steps: a blocking
-/// call busy-polls first (latency) and stops burning a core when nothing comes.
-///
-/// Reading the clock costs as much as a poll on some hosts, so the waiter reads it only
-/// once it is actually waiting, and then only every [`Waiter::CHECK`] spins.
-struct Waiter {
-    start: Option<StdInstant>,
-    spin: Duration,
-    spins: u32,
-    phase: u8,
-}
-
-impl Waiter {
-    const CHECK: u32 = 256;
-
-    fn new(spin: Duration) -> Self {
-        Self {
-            start: None,
-            spin,
-            spins: 0,
-            phase: 0,
-        }
-    }
-
-    fn reset(&mut self) {
-        self.start = None;
-        self.spins = 0;
-        self.phase = 0;
-    }
-
-    fn wait(&mut self) {
-        if self.phase == 0 {
-            self.spins += 1;
-            if !self.spins.is_multiple_of(Self::CHECK) {
-                core::hint::spin_loop();
-                return;
-            }
-            let start = *self.start.get_or_insert_with(StdInstant::now);
-            if start.elapsed() >= self.spin {
-                self.phase = 1;
-            }
-            return;
-        }
-        let e = self.start.map_or(Duration::ZERO, |s| s.elapsed());
-        if e < self.spin + Duration::from_millis(2) {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(50));
-        }
+        f.debug_struct("RsContext")
+            .field("provider", &P::NAME)
+            .finish()
     }
 }
 
@@ -836,7 +789,11 @@ impl<P: Provider> RsContext<P> {
         };
         if nonblocking {
             self.lock().progress_one(id);
-            return if self.is_established(id)? { Ok(()) } else { Err(RsError::InProgress) };
+            return if self.is_established(id)? {
+                Ok(())
+            } else {
+                Err(RsError::InProgress)
+            };
         }
         let deadline = StdInstant::now() + CONNECT_TIMEOUT;
         let mut w = Waiter::new(self.polling_time);
@@ -1150,7 +1107,14 @@ impl<P: Provider> RsContext<P> {
     ///
     /// # Errors
     /// `EINVAL` (not connected, bad range), `ENOMEM` (no free slot at the peer).
-    pub fn iomap(&self, id: SockId, region: &Arc<Region>, off: usize, len: usize, offset: Option<u64>) -> Result<u64, RsError> {
+    pub fn iomap(
+        &self,
+        id: SockId,
+        region: &Arc<Region>,
+        off: usize,
+        len: usize,
+        offset: Option<u64>,
+    ) -> Result<u64, RsError> {
         let mut c = self.lock();
         let pd = c.pd.clone();
         let st = c.stream(id)?;
@@ -1204,7 +1168,13 @@ impl<P: Provider> RsContext<P> {
     ///
     /// # Errors
     /// `EINVAL` (offset not mapped by the peer), `EWOULDBLOCK`, `ECONNRESET`.
-    pub fn iowrite(&self, id: SockId, data: &[u8], offset: u64, flags: SendFlagsRs) -> Result<usize, RsError> {
+    pub fn iowrite(
+        &self,
+        id: SockId,
+        data: &[u8],
+        offset: u64,
+        flags: SendFlagsRs,
+    ) -> Result<usize, RsError> {
         let mut done = 0usize;
         let mut w = Waiter::new(self.polling_time);
         loop {

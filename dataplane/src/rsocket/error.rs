@@ -2,6 +2,8 @@
 
 use std::io;
 
+use crate::fabric::FabricError;
+
 /// Why an rsocket call failed. Each variant is one `errno` value librdmacm's rsockets
 /// return, so C callers and `std::io::Error` users see what they would with sockets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -94,6 +96,32 @@ impl RsError {
     }
 }
 
+/// The socket error a fabric control-path failure means.
+pub(crate) fn fabric_err(e: &FabricError) -> RsError {
+    match e {
+        FabricError::ConnectionRefused { .. } => RsError::ConnRefused,
+        FabricError::AddrInUse { .. } => RsError::AddrInUse,
+        FabricError::Timeout { .. } => RsError::TimedOut,
+        FabricError::InvalidArgument { .. } | FabricError::PrivateDataTooLong { .. } => {
+            RsError::Invalid
+        }
+        FabricError::Exhausted { .. } => RsError::NoMemory,
+        FabricError::NoDevice { .. } | FabricError::ProviderNotBuilt { .. } => {
+            RsError::NotSupported
+        }
+        FabricError::Io { source, .. } => io_err(source),
+        _ => RsError::Io,
+    }
+}
+
+/// The socket error an OS error means.
+pub(crate) fn io_err(e: &io::Error) -> RsError {
+    match e.kind() {
+        io::ErrorKind::WouldBlock => RsError::WouldBlock,
+        _ => e.raw_os_error().map_or(RsError::Io, RsError::from_errno),
+    }
+}
+
 impl From<RsError> for io::Error {
     fn from(e: RsError) -> Self {
         // The raw OS error keeps errno exact; std derives the ErrorKind from it
@@ -116,7 +144,12 @@ mod tests {
         assert_eq!(k(RsError::Invalid), io::ErrorKind::InvalidInput);
         assert_eq!(k(RsError::AddrInUse), io::ErrorKind::AddrInUse);
         assert_eq!(k(RsError::TimedOut), io::ErrorKind::TimedOut);
-        for e in [RsError::MsgSize, RsError::Io, RsError::NoMemory, RsError::InProgress] {
+        for e in [
+            RsError::MsgSize,
+            RsError::Io,
+            RsError::NoMemory,
+            RsError::InProgress,
+        ] {
             assert_eq!(RsError::from_errno(e.errno()), e);
         }
     }

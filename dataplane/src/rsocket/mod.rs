@@ -14,13 +14,16 @@
 mod arena;
 pub mod conn;
 pub mod ctx;
+pub mod dgram;
 pub mod error;
 pub mod opts;
 pub mod sim;
 mod stream;
+mod wait;
 
 pub use conn::{Ready, Shutdown, StreamConfig, StreamConn};
 pub use ctx::{RecvFlags, RsContext, SendFlagsRs, SockId};
+pub use dgram::RsDatagram;
 pub use error::RsError;
 pub use opts::{RsConfig, SockOpt, SockOptName, SockOpts};
 pub use stream::{RsListener, RsStream};

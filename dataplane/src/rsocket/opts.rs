@@ -52,7 +52,11 @@ impl Default for RsConfig {
 }
 
 fn read_num(dir: &Path, name: &str) -> Option<u64> {
-    std::fs::read_to_string(dir.join(name)).ok()?.trim().parse().ok()
+    std::fs::read_to_string(dir.join(name))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 impl RsConfig {
@@ -67,7 +71,11 @@ impl RsConfig {
             c.rbuf = v.clamp(1, u64::from(u32::MAX / 2)) as u32;
         }
         if let Some(v) = read_num(&dir, "wmem_default") {
-            c.sbuf = if v < 2048 { 4096 } else { v.min(u64::from(u32::MAX / 2)) as u32 };
+            c.sbuf = if v < 2048 {
+                4096
+            } else {
+                v.min(u64::from(u32::MAX / 2)) as u32
+            };
         }
         if let Some(v) = read_num(&dir, "sqsize_default") {
             c.sq_size = v.min(u64::from(RS_QP_MAX_SIZE)) as u32;
@@ -191,7 +199,10 @@ impl SockOpts {
     /// [`RsError::Invalid`] for a zero keepalive period, RDMA options after connecting, or
     /// sizes above `RDMA_*` limits.
     pub fn set(&mut self, opt: SockOpt, connected_or_opening: bool) -> Result<(), RsError> {
-        let rdma_level = matches!(opt, SockOpt::SqSize(_) | SockOpt::RqSize(_) | SockOpt::Inline(_) | SockOpt::IomapSize(_));
+        let rdma_level = matches!(
+            opt,
+            SockOpt::SqSize(_) | SockOpt::RqSize(_) | SockOpt::Inline(_) | SockOpt::IomapSize(_)
+        );
         if rdma_level && connected_or_opening {
             return Err(RsError::Invalid);
         }
@@ -235,7 +246,9 @@ impl SockOpts {
             SockOptName::KeepAlive => SockOpt::KeepAlive(self.keepalive),
             SockOptName::Linger => SockOpt::Linger(self.linger),
             SockOptName::NoDelay => SockOpt::NoDelay(self.nodelay),
-            SockOptName::KeepIdle => SockOpt::KeepIdle(self.keepidle.as_secs().min(u64::from(u32::MAX)) as u32),
+            SockOptName::KeepIdle => {
+                SockOpt::KeepIdle(self.keepidle.as_secs().min(u64::from(u32::MAX)) as u32)
+            }
             SockOptName::SqSize => SockOpt::SqSize(self.sq_size),
             SockOptName::RqSize => SockOpt::RqSize(self.rq_size),
             SockOptName::Inline => SockOpt::Inline(self.inline),
@@ -272,13 +285,20 @@ mod tests {
         o.set(SockOpt::RcvBuf(64), true).unwrap();
         assert_eq!(o.rbuf, 1 << 20, "ignored once connecting");
         assert_eq!(o.set(SockOpt::SqSize(100), true), Err(RsError::Invalid));
-        assert_eq!(o.set(SockOpt::Inline(0x1_0000), false), Err(RsError::Invalid));
+        assert_eq!(
+            o.set(SockOpt::Inline(0x1_0000), false),
+            Err(RsError::Invalid)
+        );
         assert_eq!(o.set(SockOpt::KeepIdle(0), false), Err(RsError::Invalid));
         o.set(SockOpt::IomapSize(300), false).unwrap();
         assert_eq!(o.get(SockOptName::IomapSize), SockOpt::IomapSize(256));
         let c = o.stream_config(16384, 64);
         assert_eq!((c.sq_size, c.rq_size, c.sq_inline), (384, 384, 64));
         o.set(SockOpt::SqSize(1), false).unwrap();
-        assert_eq!(o.stream_config(16384, 64).sq_size, 16, "clamped to RS_QP_MIN_SIZE");
+        assert_eq!(
+            o.stream_config(16384, 64).sq_size,
+            16,
+            "clamped to RS_QP_MIN_SIZE"
+        );
     }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use lcore::time::Instant;
 
-use super::conn::{Buf, Local, LocalKeys, RsIo, RsWr, StreamConfig, StreamConn, CTRL_AREA};
+use super::conn::{Buf, CTRL_AREA, Local, LocalKeys, RsIo, RsWr, StreamConfig, StreamConn};
 use crate::fabric::{Completion, PostError, PostErrorKind, RemoteAddr, WcOpcode, WcStatus};
 use crate::wire::rsocket::ConnDataRepr;
 
@@ -157,7 +157,10 @@ impl SideState {
     fn place(&mut self, r: RemoteAddr, data: &[u8]) -> bool {
         let len = data.len() as u64;
         let io_at = self.base + IOMEM_AT;
-        if r.rkey == self.iomem_key() && r.addr >= io_at && r.addr + len <= io_at + self.iomem.len() as u64 {
+        if r.rkey == self.iomem_key()
+            && r.addr >= io_at
+            && r.addr + len <= io_at + self.iomem.len() as u64
+        {
             let off = (r.addr - io_at) as usize;
             self.iomem[off..off + data.len()].copy_from_slice(data);
             return true;
@@ -270,12 +273,15 @@ impl SimPair {
         };
         let now = p.now;
         for s in [&mut p.a, &mut p.b] {
-            s.with(|c, io| c.post_initial_recvs(io)).expect("initial receives");
+            s.with(|c, io| c.post_initial_recvs(io))
+                .expect("initial receives");
         }
         let da: ConnDataRepr = p.a.conn.conn_data();
         let db: ConnDataRepr = p.b.conn.conn_data();
-        p.a.with(|c, io| c.establish(&db, io, now)).expect("establish a");
-        p.b.with(|c, io| c.establish(&da, io, now)).expect("establish b");
+        p.a.with(|c, io| c.establish(&db, io, now))
+            .expect("establish a");
+        p.b.with(|c, io| c.establish(&da, io, now))
+            .expect("establish b");
         p
     }
 
@@ -305,7 +311,12 @@ impl SimPair {
     }
 
     /// Executes due requests of `from` towards `to`; returns true if anything happened.
-    fn deliver(from: &mut SideState, to: &mut SideState, now: Instant, rnr_delay: Duration) -> bool {
+    fn deliver(
+        from: &mut SideState,
+        to: &mut SideState,
+        now: Instant,
+        rnr_delay: Duration,
+    ) -> bool {
         let mut did = false;
         while let Some(w) = from.sq.front() {
             if w.due > now {
@@ -416,7 +427,12 @@ impl SimPair {
 
     /// Like `step`, but time-driven timers alone (keepalives) do not count as pending.
     fn step_quiet(&mut self) -> bool {
-        let busy = |p: &Self| !p.a.st.sq.is_empty() || !p.b.st.sq.is_empty() || !p.a.st.cq.is_empty() || !p.b.st.cq.is_empty();
+        let busy = |p: &Self| {
+            !p.a.st.sq.is_empty()
+                || !p.b.st.sq.is_empty()
+                || !p.a.st.cq.is_empty()
+                || !p.b.st.cq.is_empty()
+        };
         let pending = busy(self);
         let did = self.step();
         pending || (did && busy(self))

@@ -32,7 +32,10 @@ impl<P: Provider> RsStream<P> {
     /// `ConnectionRefused` if nothing listens, `TimedOut`, ...
     pub fn connect(ctx: &RsContext<P>, addr: SocketAddr) -> io::Result<Self> {
         let id = ctx.socket(false);
-        let s = Self { ctx: ctx.clone(), id };
+        let s = Self {
+            ctx: ctx.clone(),
+            id,
+        };
         ctx.connect(id, addr)?;
         Ok(s)
     }
@@ -41,9 +44,16 @@ impl<P: Provider> RsStream<P> {
     ///
     /// # Errors
     /// Invalid options, then as [`connect`](Self::connect).
-    pub fn connect_with(ctx: &RsContext<P>, addr: SocketAddr, opts: &[SockOpt]) -> io::Result<Self> {
+    pub fn connect_with(
+        ctx: &RsContext<P>,
+        addr: SocketAddr,
+        opts: &[SockOpt],
+    ) -> io::Result<Self> {
         let id = ctx.socket(false);
-        let s = Self { ctx: ctx.clone(), id };
+        let s = Self {
+            ctx: ctx.clone(),
+            id,
+        };
         for o in opts {
             ctx.set_option(id, *o)?;
         }
@@ -64,9 +74,16 @@ impl<P: Provider> RsStream<P> {
     ///
     /// # Errors
     /// Invalid options, immediate failures.
-    pub fn connect_nonblocking_with(ctx: &RsContext<P>, addr: SocketAddr, opts: &[SockOpt]) -> io::Result<Self> {
+    pub fn connect_nonblocking_with(
+        ctx: &RsContext<P>,
+        addr: SocketAddr,
+        opts: &[SockOpt],
+    ) -> io::Result<Self> {
         let id = ctx.socket(true);
-        let s = Self { ctx: ctx.clone(), id };
+        let s = Self {
+            ctx: ctx.clone(),
+            id,
+        };
         for o in opts {
             ctx.set_option(id, *o)?;
         }
@@ -175,7 +192,13 @@ impl<P: Provider> RsStream<P> {
     ///
     /// # Errors
     /// See [`RsContext::iomap`].
-    pub fn iomap(&self, region: &Arc<Region>, off: usize, len: usize, offset: Option<u64>) -> io::Result<u64> {
+    pub fn iomap(
+        &self,
+        region: &Arc<Region>,
+        off: usize,
+        len: usize,
+        offset: Option<u64>,
+    ) -> io::Result<u64> {
         Ok(self.ctx.iomap(self.id, region, off, len, offset)?)
     }
 
@@ -192,7 +215,9 @@ impl<P: Provider> RsStream<P> {
     /// # Errors
     /// See [`RsContext::iowrite`].
     pub fn iowrite(&self, data: &[u8], offset: u64) -> io::Result<usize> {
-        Ok(self.ctx.iowrite(self.id, data, offset, SendFlagsRs::default())?)
+        Ok(self
+            .ctx
+            .iowrite(self.id, data, offset, SendFlagsRs::default())?)
     }
 }
 
@@ -248,7 +273,10 @@ impl<P: Provider> RsListener<P> {
     /// As `bind`, and invalid options.
     pub fn bind_with(ctx: &RsContext<P>, addr: SocketAddr, opts: &[SockOpt]) -> io::Result<Self> {
         let id = ctx.socket(false);
-        let l = Self { ctx: ctx.clone(), id };
+        let l = Self {
+            ctx: ctx.clone(),
+            id,
+        };
         for o in opts {
             ctx.set_option(id, *o)?;
         }
