@@ -9,7 +9,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dataplane::fabric::shm::{Shm, ShmConfig, ShmDevice};
-use dataplane::rsocket::{RecvFlags, RsConfig, RsContext, RsError, RsListener, RsStream, SendFlagsRs, Shutdown, SockOpt, SockOptName};
+use dataplane::rsocket::{
+    RecvFlags, RsConfig, RsContext, RsError, RsListener, RsStream, SendFlagsRs, Shutdown, SockOpt,
+    SockOptName,
+};
 use mempool::memory::{Region, RegionConfig};
 
 fn dir() -> PathBuf {
@@ -57,7 +60,21 @@ fn stream_echo_byte_exact_then_eof() {
     let mut s = RsStream::connect(&c, addr(5001)).unwrap();
     assert_eq!(s.peer_addr().unwrap(), addr(5001));
     let mut sent = 0;
-    for (k, size) in [1usize, 7, 64, 65, 2048, 4096, 65536, 100_000, 1 << 20, 3 << 20].into_iter().enumerate() {
+    for (k, size) in [
+        1usize,
+        7,
+        64,
+        65,
+        2048,
+        4096,
+        65536,
+        100_000,
+        1 << 20,
+        3 << 20,
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let data: Vec<u8> = (0..size).map(|i| pattern(k, i)).collect();
         // Write from another thread: an echo of more than the socket buffers would
         // deadlock with both sides blocked in send (as with TCP).
@@ -75,7 +92,11 @@ fn stream_echo_byte_exact_then_eof() {
         sent += size;
     }
     drop(s);
-    assert_eq!(server.join().unwrap(), sent, "server saw every byte, then end of stream");
+    assert_eq!(
+        server.join().unwrap(),
+        sent,
+        "server saw every byte, then end of stream"
+    );
 }
 
 #[test]
@@ -112,13 +133,22 @@ fn nonblocking_connect_and_io() {
     };
     while !s.readiness().unwrap().writable {
         let _ = accepted.readiness();
-        assert!(t0.elapsed() < Duration::from_secs(10), "never became writable");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "never became writable"
+        );
     }
     assert!(s.take_error().unwrap().is_none());
     // Non-blocking receive with nothing queued.
     let mut b = [0u8; 8];
     assert_eq!(
-        accepted.recv(&mut b, RecvFlags { dontwait: true, ..RecvFlags::default() }),
+        accepted.recv(
+            &mut b,
+            RecvFlags {
+                dontwait: true,
+                ..RecvFlags::default()
+            }
+        ),
         Err(RsError::WouldBlock)
     );
     assert_eq!(s.send(b"nb", SendFlagsRs { dontwait: true }), Ok(2));
@@ -148,7 +178,10 @@ fn half_close_over_the_fabric() {
     let mut s = RsStream::connect(&c, addr(5004)).unwrap();
     s.write_all(b"request").unwrap();
     s.shutdown(Shutdown::Write).unwrap();
-    assert_eq!(s.write(b"x").unwrap_err().kind(), ErrorKind::ConnectionReset);
+    assert_eq!(
+        s.write(b"x").unwrap_err().kind(),
+        ErrorKind::ConnectionReset
+    );
     let mut reply = Vec::new();
     s.read_to_end(&mut reply).unwrap();
     assert_eq!(reply, b"bye");
@@ -158,7 +191,12 @@ fn half_close_over_the_fabric() {
 #[test]
 fn options_before_and_after_connect() {
     let sc = ctx();
-    let l = RsListener::bind_with(&sc, addr(5005), &[SockOpt::RcvBuf(8192), SockOpt::SqSize(64)]).unwrap();
+    let l = RsListener::bind_with(
+        &sc,
+        addr(5005),
+        &[SockOpt::RcvBuf(8192), SockOpt::SqSize(64)],
+    )
+    .unwrap();
     let t = std::thread::spawn(move || {
         let (s, _) = l.accept().unwrap();
         s.option(SockOptName::RcvBuf).unwrap()
@@ -166,14 +204,28 @@ fn options_before_and_after_connect() {
     let c = ctx();
     let id = c.socket(false);
     c.set_option(id, SockOpt::SndBuf(100)).unwrap();
-    assert_eq!(c.option(id, SockOptName::SndBuf).unwrap(), SockOpt::SndBuf(4096));
+    assert_eq!(
+        c.option(id, SockOptName::SndBuf).unwrap(),
+        SockOpt::SndBuf(4096)
+    );
     c.set_option(id, SockOpt::Inline(128)).unwrap();
     c.connect(id, addr(5005)).unwrap();
-    assert_eq!(c.set_option(id, SockOpt::RqSize(64)), Err(RsError::Invalid), "RDMA options only before connecting");
-    assert_eq!(c.set_option(id, SockOpt::KeepIdle(0)), Err(RsError::Invalid));
+    assert_eq!(
+        c.set_option(id, SockOpt::RqSize(64)),
+        Err(RsError::Invalid),
+        "RDMA options only before connecting"
+    );
+    assert_eq!(
+        c.set_option(id, SockOpt::KeepIdle(0)),
+        Err(RsError::Invalid)
+    );
     c.set_option(id, SockOpt::KeepAlive(true)).unwrap();
     c.set_option(id, SockOpt::KeepIdle(1)).unwrap();
-    assert_eq!(t.join().unwrap(), SockOpt::RcvBuf(16384), "accepted sockets inherit listener options");
+    assert_eq!(
+        t.join().unwrap(),
+        SockOpt::RcvBuf(16384),
+        "accepted sockets inherit listener options"
+    );
     c.close(id);
 }
 
@@ -181,7 +233,15 @@ fn options_before_and_after_connect() {
 fn iomap_and_iowrite_over_the_fabric() {
     let sc = ctx();
     let l = RsListener::bind_with(&sc, addr(5006), &[SockOpt::IomapSize(2)]).unwrap();
-    let mem = Arc::new(Region::new(&RegionConfig::new("iomap-test", 1 << 16).shareable(true).no_huge().quiet()).unwrap());
+    let mem = Arc::new(
+        Region::new(
+            &RegionConfig::new("iomap-test", 1 << 16)
+                .shareable(true)
+                .no_huge()
+                .quiet(),
+        )
+        .unwrap(),
+    );
     let m2 = mem.clone();
     let t = std::thread::spawn(move || {
         let (mut s, _) = l.accept().unwrap();
@@ -201,7 +261,11 @@ fn iomap_and_iowrite_over_the_fabric() {
     s.read_exact(&mut m).unwrap();
     let data: Vec<u8> = (0..8192).map(|i| pattern(9, i)).collect();
     assert_eq!(s.iowrite(&data, 0).unwrap(), 8192);
-    assert_eq!(s.iowrite(b"x", 8192).unwrap_err().kind(), ErrorKind::InvalidInput, "past the mapping");
+    assert_eq!(
+        s.iowrite(b"x", 8192).unwrap_err().kind(),
+        ErrorKind::InvalidInput,
+        "past the mapping"
+    );
     s.write_all(b"done").unwrap();
     assert_eq!(t.join().unwrap(), data);
     drop(mem);
@@ -221,7 +285,12 @@ fn peer_death_reads_as_reset() {
     let sc = ctx();
     let l = RsListener::bind(&sc, addr(5007)).unwrap();
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "peer_death_reads_as_reset", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "peer_death_reads_as_reset",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(ROLE, "victim")
         .env("DP_SHM_TEST_DIR", dir())
         .spawn()
@@ -237,11 +306,17 @@ fn peer_death_reads_as_reset() {
     let err = s.read(&mut b).expect_err("read from a dead peer");
     assert_eq!(err.kind(), ErrorKind::ConnectionReset, "{err}");
     println!("peer death seen as ECONNRESET after {:?}", t0.elapsed());
-    assert_eq!(s.write(b"x").unwrap_err().kind(), ErrorKind::ConnectionReset);
+    assert_eq!(
+        s.write(b"x").unwrap_err().kind(),
+        ErrorKind::ConnectionReset
+    );
 }
 
 fn raise_fd_limit() {
-    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY-free: getrlimit/setrlimit through libc with a valid struct.
     #[allow(unsafe_code)]
     // SAFETY: r is a valid rlimit the calls read and write.
@@ -262,13 +337,19 @@ fn thousands_of_streams_on_one_lcore_pair() {
     const N: usize = 2000;
     const BYTES: usize = 3000;
     raise_fd_limit();
-    let small = [SockOpt::SndBuf(4096), SockOpt::RcvBuf(4096), SockOpt::SqSize(16), SockOpt::RqSize(16)];
+    let small = [
+        SockOpt::SndBuf(4096),
+        SockOpt::RcvBuf(4096),
+        SockOpt::SqSize(16),
+        SockOpt::RqSize(16),
+    ];
     let sctx = ctx();
     let l = RsListener::bind_with(&sctx, addr(5100), &small).unwrap();
     l.set_nonblocking(true).unwrap();
     let cctx = ctx();
 
-    let lcores = Lcores::<u8>::init(&LcoresConfig::new(CoreList::parse("0-1").unwrap())).expect("CPUs 0 and 1");
+    let lcores = Lcores::<u8>::init(&LcoresConfig::new(CoreList::parse("0-1").unwrap()))
+        .expect("CPUs 0 and 1");
     let worker = lcores.workers().next().unwrap();
     let cfg = |name: &str| LoopConfig {
         name: name.into(),
@@ -369,7 +450,10 @@ fn thousands_of_streams_on_one_lcore_pair() {
                         work += 1;
                     }
                     if c.got.len() == BYTES {
-                        assert!(c.got.iter().enumerate().all(|(i, b)| *b == pattern(k, i)), "stream {k} corrupted");
+                        assert!(
+                            c.got.iter().enumerate().all(|(i, b)| *b == pattern(k, i)),
+                            "stream {k} corrupted"
+                        );
                         c.done = true;
                         v2.set(v2.get() + 1);
                     }

@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use dataplane::fabric::{Completion, WcOpcode, WcStatus};
+use dataplane::rsocket::RsError;
 use dataplane::rsocket::conn::{RS_SNDLOWAT, Shutdown, StreamConfig, WR_RECV};
 use dataplane::rsocket::sim::{SimPair, SimSide};
-use dataplane::rsocket::RsError;
 use dataplane::wire::rsocket::{RsMsg, RsOp};
 use proptest::prelude::*;
 
@@ -52,7 +52,12 @@ fn transfer(p: &mut SimPair, from_a: bool, data: &[u8], read_chunk: usize) -> Ve
         }
         p.step();
         steps += 1;
-        assert!(steps < 2_000_000, "transfer stuck at {}/{} sent {sent}", got.len(), data.len());
+        assert!(
+            steps < 2_000_000,
+            "transfer stuck at {}/{} sent {sent}",
+            got.len(),
+            data.len()
+        );
     }
     got
 }
@@ -61,7 +66,10 @@ fn transfer(p: &mut SimPair, from_a: bool, data: &[u8], read_chunk: usize) -> Ve
 fn test_established_exchange_both_ways() {
     let mut p = SimPair::connect(cfg(), Duration::from_micros(1));
     p.drive();
-    assert_eq!(transfer(&mut p, true, b"hello, rsocket", 64), b"hello, rsocket");
+    assert_eq!(
+        transfer(&mut p, true, b"hello, rsocket", 64),
+        b"hello, rsocket"
+    );
     assert_eq!(transfer(&mut p, false, b"and back", 3), b"and back");
     assert!(p.a.conn.is_connected() && p.b.conn.is_connected());
 }
@@ -82,13 +90,20 @@ fn test_credit_exhaustion_blocks_then_resumes() {
         assert!(sent <= 32, "sent beyond the credits granted");
     }
     assert_eq!(sent, 32, "initial credits are the peer's rq_size");
-    assert!(!p.a.with(|c, io| c.readiness(io)).writable, "POLLOUT while out of credits");
+    assert!(
+        !p.a.with(|c, io| c.readiness(io)).writable,
+        "POLLOUT while out of credits"
+    );
     // b reads everything: credits return and a proceeds.
     let mut buf = [0u8; 64];
     let n = p.b.with(|c, io| c.recv(&mut buf, false, io)).unwrap();
     assert_eq!(n, 32);
     p.drive();
-    assert_eq!(p.a.with(|c, io| c.send(&[2u8], io)), Ok(1), "credits came back");
+    assert_eq!(
+        p.a.with(|c, io| c.send(&[2u8], io)),
+        Ok(1),
+        "credits came back"
+    );
 }
 
 #[test]
@@ -134,11 +149,22 @@ fn test_chunk_schedule_doubles_to_64k() {
     let mut schedule = vec![];
     let (mut left, mut olen) = (300_000u32, 2048u32);
     while left > 0 {
-        let x = if olen < left { let x = olen; if olen < 65536 { olen <<= 1; } x } else { left };
+        let x = if olen < left {
+            let x = olen;
+            if olen < 65536 {
+                olen <<= 1;
+            }
+            x
+        } else {
+            left
+        };
         schedule.push(x);
         left -= x;
     }
-    assert_eq!(schedule, [2048, 4096, 8192, 16384, 32768, 65536, 65536, 65536, 39904]);
+    assert_eq!(
+        schedule,
+        [2048, 4096, 8192, 16384, 32768, 65536, 65536, 65536, 39904]
+    );
     assert_eq!(p.a.conn.stats().data_msgs_sent, schedule.len() as u64);
     let got = transfer(&mut p, true, &[], 1);
     assert!(got.is_empty());
@@ -155,7 +181,11 @@ fn test_shutdown_write_is_half_close() {
     let mut buf = [0u8; 32];
     assert_eq!(p.b.with(|c, io| c.recv(&mut buf, false, io)), Ok(10));
     assert_eq!(&buf[..10], b"last words");
-    assert_eq!(p.b.with(|c, io| c.recv(&mut buf, false, io)), Ok(0), "EOF after the data");
+    assert_eq!(
+        p.b.with(|c, io| c.recv(&mut buf, false, io)),
+        Ok(0),
+        "EOF after the data"
+    );
     assert_eq!(p.a.with(|c, io| c.send(b"x", io)), Err(RsError::ConnReset));
     // The other direction still works.
     assert_eq!(transfer(&mut p, false, b"reply", 8), b"reply");
@@ -192,7 +222,11 @@ fn test_shutdown_both_disconnects_after_data() {
     assert!(p.a.conn.is_disconnected());
     assert!(p.b.with(|c, io| c.readiness(io)).hup);
     let mut buf = [0u8; 16];
-    assert_eq!(p.b.with(|c, io| c.recv(&mut buf, false, io)), Ok(6), "data before the disconnect is delivered");
+    assert_eq!(
+        p.b.with(|c, io| c.recv(&mut buf, false, io)),
+        Ok(6),
+        "data before the disconnect is delivered"
+    );
     assert_eq!(p.b.with(|c, io| c.recv(&mut buf, false, io)), Ok(0));
     assert_eq!(p.b.with(|c, io| c.send(b"x", io)), Err(RsError::ConnReset));
 }
@@ -233,7 +267,10 @@ fn test_receiver_not_ready_waits_and_delivers_in_order() {
         assert!(steps < 2_000_000);
     }
     assert_eq!(got, data);
-    assert!(p.a.st.rnr_waits > 0, "the test did not exercise receiver-not-ready");
+    assert!(
+        p.a.st.rnr_waits > 0,
+        "the test did not exercise receiver-not-ready"
+    );
 }
 
 #[test]
@@ -248,8 +285,15 @@ fn test_peer_death_is_reset() {
     p.drive();
     assert!(p.errored(true));
     let mut buf = [0u8; 16];
-    assert_eq!(p.a.with(|c, io| c.recv(&mut buf, false, io)), Ok(6), "queued data still readable");
-    assert_eq!(p.a.with(|c, io| c.recv(&mut buf, false, io)), Err(RsError::ConnReset));
+    assert_eq!(
+        p.a.with(|c, io| c.recv(&mut buf, false, io)),
+        Ok(6),
+        "queued data still readable"
+    );
+    assert_eq!(
+        p.a.with(|c, io| c.recv(&mut buf, false, io)),
+        Err(RsError::ConnReset)
+    );
     assert_eq!(p.a.with(|c, io| c.send(b"x", io)), Err(RsError::ConnReset));
     assert_eq!(p.a.conn.take_so_error(), Some(RsError::Io));
     assert_eq!(p.a.conn.take_so_error(), None, "SO_ERROR clears on read");
@@ -274,10 +318,16 @@ fn test_keepalive_detects_dead_peer() {
     let now = p.now();
     p.a.conn.set_keepalive(Some(Duration::from_secs(1)), now);
     p.advance(Duration::from_millis(3500));
-    assert!(p.a.conn.is_connected(), "keepalives to a live peer are harmless");
+    assert!(
+        p.a.conn.is_connected(),
+        "keepalives to a live peer are harmless"
+    );
     p.kill(false);
     p.advance(Duration::from_secs(2));
-    assert!(!p.a.conn.is_connected(), "a keepalive to a dead peer fails the connection");
+    assert!(
+        !p.a.conn.is_connected(),
+        "a keepalive to a dead peer fails the connection"
+    );
     assert_eq!(p.a.conn.take_so_error(), Some(RsError::Io));
 }
 
@@ -294,11 +344,17 @@ fn test_iomap_and_iowrite() {
     assert_eq!(transfer(&mut p, false, b"!", 4), b"!");
     let data: Vec<u8> = (0..150).map(|i| i as u8).collect();
     let n = p.a.with(|c, io| c.iowrite(&data, 50, io)).unwrap();
-    assert_eq!(n, 150, "a write crossing into the adjacent mapping continues there");
+    assert_eq!(
+        n, 150,
+        "a write crossing into the adjacent mapping continues there"
+    );
     p.drive();
     assert_eq!(&p.b.st.iomem[1050..1100], &data[..50]);
     assert_eq!(&p.b.st.iomem[5000..5100], &data[50..]);
-    assert_eq!(p.a.with(|c, io| c.iowrite(b"x", 200, io)), Err(RsError::Invalid));
+    assert_eq!(
+        p.a.with(|c, io| c.iowrite(b"x", 200, io)),
+        Err(RsError::Invalid)
+    );
     // iomap publications do not consume stream credits (librdmacm leaks one each).
     let mut sent = 0;
     while let Ok(1) = p.a.with(|c, io| c.send(&[0u8], io)) {

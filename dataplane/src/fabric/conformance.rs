@@ -151,7 +151,9 @@ pub fn next_event<P: Provider>(cm: &mut P::Cm, what: &str) -> Result<CmEvent<P>,
 /// True if `got` is `sent` followed only by zeros: IB and RoCE deliver private data padded
 /// to the CM message's fixed size, so receivers see the sender's bytes as a prefix.
 pub fn padded_eq(got: &[u8], sent: &[u8]) -> bool {
-    got.len() >= sent.len() && got[..sent.len()] == *sent && got[sent.len()..].iter().all(|b| *b == 0)
+    got.len() >= sent.len()
+        && got[..sent.len()] == *sent
+        && got[sent.len()..].iter().all(|b| *b == 0)
 }
 
 /// Connects a pair: `a` actively to `b`'s listener on `port`.
@@ -215,7 +217,10 @@ pub fn connect<P: Provider>(
     match next_event::<P>(&mut cm_a, "Established (active)")? {
         CmEvent::Established { conn, private_data } => {
             ensure!(conn == conn_a, "established {conn:?}, expected {conn_a:?}");
-            ensure!(padded_eq(private_data.as_bytes(), rep), "REP private data mismatch");
+            ensure!(
+                padded_eq(private_data.as_bytes(), rep),
+                "REP private data mismatch"
+            );
         }
         e => {
             return Err(format!(
@@ -712,8 +717,15 @@ pub fn check_local_protection<P: Provider>(env: &Env<P>) -> Check {
         "bad lkey: {:?}",
         ca[0]
     );
-    ensure!((0..64).all(|i| p.b.byte(i) == 0x11), "bytes moved despite a bad lkey");
-    ensure!(p.a.qp.state() == QpState::Error, "QP state after a local error: {:?}", p.a.qp.state());
+    ensure!(
+        (0..64).all(|i| p.b.byte(i) == 0x11),
+        "bytes moved despite a bad lkey"
+    );
+    ensure!(
+        p.a.qp.state() == QpState::Error,
+        "QP state after a local error: {:?}",
+        p.a.qp.state()
+    );
     Ok(())
 }
 

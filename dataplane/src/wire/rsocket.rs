@@ -54,7 +54,11 @@ pub const fn scale_encode(v: u32) -> u8 {
 /// Decodes [`scale_encode`]: like librdmacm's `rs_scale_to_value`, any byte up to 128 is
 /// literal (so `0x80` is 128, not 0), larger ones are `(e & 0x7F) << 8`.
 pub const fn scale_decode(e: u8) -> u32 {
-    if e <= 128 { e as u32 } else { ((e & 0x7F) as u32) << 8 }
+    if e <= 128 {
+        e as u32
+    } else {
+        ((e & 0x7F) as u32) << 8
+    }
 }
 
 /// Rounds `v` to the nearest value the scaled encoding can carry (as `RDMA_IOMAPSIZE` does).
@@ -457,9 +461,15 @@ impl DsUdpHeader {
         let (version, op, len) = (b[4], b[5], b[6]);
         let qpn = u32::from_be_bytes([b[8], b[9], b[10], b[11]]) & 0x00FF_FFFF;
         let addr = match (version, len, expect_v6) {
-            (4, DS_UDP_IPV4_HDR_LEN, false) => IpAddr::V4(Ipv4Addr::new(b[12], b[13], b[14], b[15])),
+            (4, DS_UDP_IPV4_HDR_LEN, false) => {
+                IpAddr::V4(Ipv4Addr::new(b[12], b[13], b[14], b[15]))
+            }
             (6, DS_UDP_IPV6_HDR_LEN, true) => {
-                let a: [u8; 16] = b.get(12..28).ok_or(Error::Truncated)?.try_into().map_err(|_| Error::Truncated)?;
+                let a: [u8; 16] = b
+                    .get(12..28)
+                    .ok_or(Error::Truncated)?
+                    .try_into()
+                    .map_err(|_| Error::Truncated)?;
                 IpAddr::V6(Ipv6Addr::from(a))
             }
             _ => return Err(Error::Malformed),
@@ -532,8 +542,16 @@ impl DsHeader {
                 DS_IPV4_HDR_LEN as usize,
             )),
             (6, DS_IPV6_HDR_LEN) => {
-                let f: [u8; 4] = b.get(4..8).ok_or(Error::Truncated)?.try_into().map_err(|_| Error::Truncated)?;
-                let a: [u8; 16] = b.get(8..24).ok_or(Error::Truncated)?.try_into().map_err(|_| Error::Truncated)?;
+                let f: [u8; 4] = b
+                    .get(4..8)
+                    .ok_or(Error::Truncated)?
+                    .try_into()
+                    .map_err(|_| Error::Truncated)?;
+                let a: [u8; 16] = b
+                    .get(8..24)
+                    .ok_or(Error::Truncated)?
+                    .try_into()
+                    .map_err(|_| Error::Truncated)?;
                 Ok((
                     Self {
                         port,
@@ -593,7 +611,8 @@ mod tests {
         };
         let b = r.to_bytes();
         let expect: [u8; 40] = [
-            1, 2, 0x01, 0x80, 0, 0, 0, 0, // version, flags IOMAP, credits BE 384, reserved, iomap 0
+            1, 2, 0x01, 0x80, 0, 0, 0,
+            0, // version, flags IOMAP, credits BE 384, reserved, iomap 0
             0x00, 0x00, 0x7f, 0x00, 0x11, 0x22, 0x30, 0x00, // target_sgl.addr BE
             0x01, 0x02, 0x03, 0x04, // key
             0x00, 0x00, 0x00, 0x02, // length = 2 entries
@@ -602,7 +621,10 @@ mod tests {
             0x00, 0x01, 0x00, 0x00, // length = half of a 128 KiB rbuf
         ];
         assert_eq!(b, expect);
-        assert_eq!(ConnDataRepr::parse(&ConnData::new_checked(&b[..]).unwrap()), Ok(r));
+        assert_eq!(
+            ConnDataRepr::parse(&ConnData::new_checked(&b[..]).unwrap()),
+            Ok(r)
+        );
     }
 
     #[test]
@@ -622,13 +644,26 @@ mod tests {
         .to_bytes();
         assert_eq!(b[1], RS_CONN_FLAG_NET);
         b[0] = 2;
-        assert_eq!(ConnDataRepr::parse(&ConnData::new_unchecked(&b[..])), Err(Error::Version));
-        assert_eq!(ConnData::new_checked(&b[..39]).map(|_| ()), Err(Error::Truncated));
+        assert_eq!(
+            ConnDataRepr::parse(&ConnData::new_unchecked(&b[..])),
+            Err(Error::Version)
+        );
+        assert_eq!(
+            ConnData::new_checked(&b[..39]).map(|_| ()),
+            Err(Error::Truncated)
+        );
     }
 
     #[test]
     fn iomap_size_scaling_matches_librdmacm() {
-        for (v, e) in [(0, 0), (1, 1), (128, 128), (256, 0x81), (300, 0x81), (32512, 0xFF)] {
+        for (v, e) in [
+            (0, 0),
+            (1, 1),
+            (128, 128),
+            (256, 0x81),
+            (300, 0x81),
+            (32512, 0xFF),
+        ] {
             assert_eq!(scale_encode(v), e, "encode {v}");
         }
         assert_eq!(scale_round(200), 128);
@@ -641,8 +676,14 @@ mod tests {
         assert_eq!(RsMsg::with(RsOp::Data, 4096).0, 0x0000_1000);
         assert_eq!(RsMsg::with(RsOp::Sgl, 384 + 10).0, 0x8000_018A);
         assert_eq!(RsMsg::with(RsOp::IomapSgl, 3).0, 0xC000_0003);
-        assert_eq!(RsMsg::with(RsOp::Ctrl, u32::from(RsCtrl::Disconnect)).0, 0xE000_0000);
-        assert_eq!(RsMsg::with(RsOp::Ctrl, u32::from(RsCtrl::Shutdown)).0, 0xE000_0002);
+        assert_eq!(
+            RsMsg::with(RsOp::Ctrl, u32::from(RsCtrl::Disconnect)).0,
+            0xE000_0000
+        );
+        assert_eq!(
+            RsMsg::with(RsOp::Ctrl, u32::from(RsCtrl::Shutdown)).0,
+            0xE000_0002
+        );
         assert_eq!(RsMsg(0xE000_0002).op(), RsOp::Ctrl);
         assert_eq!(RsCtrl::from(RsMsg(0xE000_0002).data()), RsCtrl::Shutdown);
         assert_eq!(RsMsg(0x3FFF_FFFF).op(), RsOp::RsvdDataMore);
@@ -663,7 +704,10 @@ mod tests {
         assert_eq!(&be[..8], &0x1122_3344_5566_7788u64.to_be_bytes());
         assert_eq!(RsSge::read(&be, true), Some(s));
         assert_eq!(RsSge::read(&le, false), Some(s));
-        let m = RsIomap { offset: 4096, sge: s };
+        let m = RsIomap {
+            offset: 4096,
+            sge: s,
+        };
         let b = m.to_bytes(true);
         assert_eq!(&b[..8], &4096u64.to_be_bytes());
         assert_eq!(RsIomap::read(&b, true), Some(m));
@@ -679,7 +723,12 @@ mod tests {
         };
         let mut b = [0u8; 16];
         h.emit(&mut b);
-        assert_eq!(b, [0x55, 0x55, 0x55, 0x55, 4, 0, 16, 0, 0, 0x12, 0x34, 0x56, 10, 1, 2, 3]);
+        assert_eq!(
+            b,
+            [
+                0x55, 0x55, 0x55, 0x55, 4, 0, 16, 0, 0, 0x12, 0x34, 0x56, 10, 1, 2, 3
+            ]
+        );
         assert_eq!(DsUdpHeader::parse(&b, false), Ok((h, 16)));
         assert_eq!(DsUdpHeader::parse(&b, true), Err(Error::Malformed));
         let c = DsUdpHeader {

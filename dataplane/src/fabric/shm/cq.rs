@@ -102,11 +102,14 @@ impl CqShared {
 
     pub(crate) fn reserve_slot(&self) -> Result<u32> {
         let mut u = lock(&self.used);
-        let i = u[..self.max_slots].iter().position(|b| !*b).ok_or(FabricError::Exhausted {
-            what: "queue pairs on this completion queue",
-            limit: self.max_slots as u64,
-            hint: "create the completion queue deeper, or spread queue pairs over more queues",
-        })?;
+        let i = u[..self.max_slots]
+            .iter()
+            .position(|b| !*b)
+            .ok_or(FabricError::Exhausted {
+                what: "queue pairs on this completion queue",
+                limit: self.max_slots as u64,
+                hint: "create the completion queue deeper, or spread queue pairs over more queues",
+            })?;
         u[i] = true;
         Ok(i as u32)
     }
