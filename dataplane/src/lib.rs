@@ -15,4 +15,5 @@
 
 pub mod fabric;
 pub mod rsocket;
+pub mod sys;
 pub mod wire;

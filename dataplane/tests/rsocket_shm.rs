@@ -471,3 +471,120 @@ fn thousands_of_streams_on_one_lcore_pair() {
     let _ = server.join();
     assert_eq!(verified, N, "every stream echoed and verified");
 }
+
+#[test]
+fn poll_set_serves_many_streams() {
+    use dataplane::rsocket::{Interest, RsPoll, Token};
+    let sctx = ctx();
+    let l = RsListener::bind(&sctx, addr(5200)).unwrap();
+    l.set_nonblocking(true).unwrap();
+    let mut poll = RsPoll::new(&sctx);
+    poll.register(&l, Token(0), Interest::READABLE).unwrap();
+    assert_eq!(
+        poll.register(&l, Token(0), Interest::READABLE),
+        Err(RsError::Invalid)
+    );
+    // Nothing yet: a zero timeout returns at once, a short one expires.
+    let mut events = Vec::new();
+    assert_eq!(poll.poll(&mut events, Some(Duration::ZERO)).unwrap(), 0);
+    assert_eq!(
+        poll.poll(&mut events, Some(Duration::from_millis(5)))
+            .unwrap(),
+        0
+    );
+
+    const N: usize = 20;
+    let cctx = ctx();
+    let clients: Vec<RsStream<Shm>> = (0..N)
+        .map(|_| RsStream::connect(&cctx, addr(5200)).unwrap())
+        .collect();
+    for (k, c) in clients.iter().enumerate() {
+        c.send(format!("hello {k:02}").as_bytes(), SendFlagsRs::default())
+            .unwrap();
+    }
+    let mut streams: Vec<RsStream<Shm>> = Vec::new();
+    let mut echoed = 0;
+    let t0 = Instant::now();
+    while echoed < N {
+        poll.poll(&mut events, Some(Duration::from_secs(5)))
+            .unwrap();
+        assert!(
+            !events.is_empty(),
+            "poll timed out with {echoed}/{N} echoed"
+        );
+        for ev in events.clone() {
+            if ev.token == Token(0) {
+                while let Ok((s, _)) = l.accept() {
+                    poll.register(&s, Token(streams.len() + 1), Interest::READABLE)
+                        .unwrap();
+                    streams.push(s);
+                }
+                continue;
+            }
+            let s = &streams[ev.token.0 - 1];
+            let mut b = [0u8; 8];
+            if let Ok(8) = s.recv(
+                &mut b,
+                RecvFlags {
+                    waitall: true,
+                    ..RecvFlags::default()
+                },
+            ) {
+                s.send(&b, SendFlagsRs::default()).unwrap();
+                echoed += 1;
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30));
+    }
+    for (k, c) in clients.iter().enumerate() {
+        let mut b = [0u8; 8];
+        assert_eq!(
+            c.recv(
+                &mut b,
+                RecvFlags {
+                    waitall: true,
+                    ..RecvFlags::default()
+                }
+            ),
+            Ok(8)
+        );
+        assert_eq!(&b, format!("hello {k:02}").as_bytes());
+    }
+    // A stream whose peer closed reports a hang-up even with only writable interest.
+    poll.reregister(&streams[0], Token(1), Interest::WRITABLE)
+        .unwrap();
+    drop(clients);
+    let t0 = Instant::now();
+    loop {
+        poll.poll(&mut events, Some(Duration::from_secs(5)))
+            .unwrap();
+        if events
+            .iter()
+            .any(|e| e.token == Token(1) && (e.ready.hup || e.ready.readable))
+        {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "no hang-up reported"
+        );
+    }
+    poll.deregister(&streams[0]).unwrap();
+    assert_eq!(poll.len(), N);
+}
+
+/// librdmacm's pitfall #1: a single-threaded program that listens, connects to itself with
+/// a blocking connect, then accepts must not hang (connections are accepted in the
+/// background, as librdmacm's listen service thread does).
+#[test]
+fn single_thread_connects_to_itself() {
+    let c = ctx();
+    let l = RsListener::bind(&c, addr(5300)).unwrap();
+    let mut a = RsStream::connect(&c, addr(5300)).unwrap();
+    let (mut b, peer) = l.accept().unwrap();
+    assert_eq!(peer, a.local_addr().unwrap());
+    a.write_all(b"to myself").unwrap();
+    let mut got = [0u8; 9];
+    b.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"to myself");
+}

@@ -58,11 +58,12 @@ pub struct RecvFlags {
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
-struct Listening<P: Provider> {
+struct Listening {
     id: ListenId,
     addr: SocketAddr,
     backlog: usize,
-    queue: VecDeque<P::ConnRequest>,
+    /// Connections accepted in the background, waiting for `accept` to hand them out.
+    accepted: VecDeque<SockId>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,7 +93,7 @@ struct IoMapping<P: Provider> {
 
 enum Kind<P: Provider> {
     Fresh,
-    Listening(Listening<P>),
+    Listening(Listening),
     Stream(Box<Stream<P>>),
     Failed(RsError),
 }
@@ -196,6 +197,8 @@ impl<P: Provider> Stream<P> {
 }
 
 pub(crate) struct Ctx<P: Provider> {
+    /// Declared first so it stops (and joins) the CM thread before the CM channel closes.
+    cm_thread: Option<CmThread>,
     dev: P::Device,
     pd: P::Pd,
     cm: P::Cm,
@@ -305,16 +308,21 @@ impl<P: Provider> Ctx<P> {
                     let _ = self.cm.reject(request, &[]);
                     return;
                 };
-                if let Ok(Sock {
-                    kind: Kind::Listening(l),
-                    ..
-                }) = self.sock(id)
-                    && l.queue.len() < l.backlog
-                {
-                    l.queue.push_back(request);
+                let room = matches!(self.sock(id), Ok(Sock { kind: Kind::Listening(l), .. }) if l.accepted.len() < l.backlog);
+                if !room {
+                    let _ = self.cm.reject(request, &[]);
                     return;
                 }
-                let _ = self.cm.reject(request, &[]);
+                // Accept at once, as librdmacm's listen service thread does: connects
+                // complete whether or not the application is in `accept`.
+                if let Ok(new) = self.accept_request(id, request)
+                    && let Ok(Sock {
+                        kind: Kind::Listening(l),
+                        ..
+                    }) = self.sock(id)
+                {
+                    l.accepted.push_back(new);
+                }
             }
             CmEvent::Established { conn, private_data } => {
                 let Some(&id) = self.by_conn.get(&conn) else {
@@ -487,78 +495,83 @@ impl<P: Provider> Ctx<P> {
         Ok(())
     }
 
+    /// Hands out a connection accepted in the background.
     fn accept(&mut self, lid: SockId) -> Result<SockId, RsError> {
-        loop {
-            let (request, opts, nonblocking) = {
-                let sock = self.sock(lid)?;
-                let Kind::Listening(l) = &mut sock.kind else {
-                    return Err(RsError::Invalid);
-                };
-                let Some(r) = l.queue.pop_front() else {
-                    return Err(RsError::WouldBlock);
-                };
-                (r, sock.opts.clone(), sock.nonblocking)
-            };
-            let Ok(peer) =
-                ConnData::new_checked(request.private_data()).and_then(|p| ConnDataRepr::parse(&p))
-            else {
-                // librdmacm rejects requests of another version (or malformed ones).
+        let sock = self.sock(lid)?;
+        let Kind::Listening(l) = &mut sock.kind else {
+            return Err(RsError::Invalid);
+        };
+        l.accepted.pop_front().ok_or(RsError::WouldBlock)
+    }
+
+    /// Accepts one connection request on listener `lid` into a new socket.
+    fn accept_request(&mut self, lid: SockId, request: P::ConnRequest) -> Result<SockId, RsError> {
+        let (opts, nonblocking) = {
+            let sock = self.sock(lid)?;
+            (sock.opts.clone(), sock.nonblocking)
+        };
+        let Ok(peer) =
+            ConnData::new_checked(request.private_data()).and_then(|p| ConnDataRepr::parse(&p))
+        else {
+            // librdmacm rejects requests of another version (or malformed ones).
+            let _ = self.cm.reject(request, &[]);
+            return Err(RsError::NotSupported);
+        };
+        let (peer_addr, local_addr) = (request.peer_addr(), request.local_addr());
+        let (conn, bufs, cq, caps) = match self.new_stream(&opts) {
+            Ok(x) => x,
+            Err(e) => {
                 let _ = self.cm.reject(request, &[]);
-                continue;
-            };
-            let (peer_addr, local_addr) = (request.peer_addr(), request.local_addr());
-            let (conn, bufs, cq, caps) = match self.new_stream(&opts) {
-                Ok(x) => x,
-                Err(e) => {
-                    let _ = self.cm.reject(request, &[]);
-                    return Err(e);
-                }
-            };
-            let pdata = conn.conn_data().to_bytes();
-            let init = QpInit {
-                pd: &self.pd,
-                send_cq: &cq,
-                recv_cq: &cq,
-                caps,
-            };
-            let (conn_id, qp) = match self.cm.accept(request, &init, &pdata) {
-                Ok(x) => x,
-                Err(e) => {
-                    self.arena.free(bufs);
-                    return Err(fabric_err(&e));
-                }
-            };
-            let mut st = Box::new(Stream {
-                conn,
-                qp,
-                cq,
-                conn_id,
-                bufs,
-                phase: Phase::Established,
-                local: local_addr,
-                peer: peer_addr,
-                maps: Vec::new(),
-            });
-            st.conn.clamp_inline(st.qp.caps().max_inline_data);
-            {
-                // The accepted queue pair can send at once (as after rdma_accept), so the
-                // connection is established now, with the peer's data from its request.
-                let now = self.clock.now();
-                let (c, mut io) = st.io();
-                c.post_initial_recvs(&mut io)?;
-                c.establish(&peer, &mut io, now)?;
-                if opts.keepalive {
-                    c.set_keepalive(Some(opts.keepidle), now);
-                }
+                return Err(e);
             }
-            // Accepted sockets inherit the listener's options and O_NONBLOCK, as in
-            // librdmacm (unlike Linux accept).
-            let mut s = self.new_sock(opts, nonblocking);
-            s.kind = Kind::Stream(st);
-            let id = self.alloc_id(s);
-            self.by_conn.insert(conn_id, id);
-            return Ok(id);
+        };
+        let pdata = conn.conn_data().to_bytes();
+        let init = QpInit {
+            pd: &self.pd,
+            send_cq: &cq,
+            recv_cq: &cq,
+            caps,
+        };
+        let (conn_id, qp) = match self.cm.accept(request, &init, &pdata) {
+            Ok(x) => x,
+            Err(e) => {
+                self.arena.free(bufs);
+                return Err(fabric_err(&e));
+            }
+        };
+        let mut st = Box::new(Stream {
+            conn,
+            qp,
+            cq,
+            conn_id,
+            bufs,
+            phase: Phase::Established,
+            local: local_addr,
+            peer: peer_addr,
+            maps: Vec::new(),
+        });
+        st.conn.clamp_inline(st.qp.caps().max_inline_data);
+        {
+            // The accepted queue pair can send at once (as after rdma_accept), so the
+            // connection is established now, with the peer's data from its request.
+            let now = self.clock.now();
+            let (c, mut io) = st.io();
+            c.post_initial_recvs(&mut io)?;
+            c.establish(&peer, &mut io, now)?;
+            if opts.keepalive {
+                c.set_keepalive(Some(opts.keepidle), now);
+            }
         }
+        if opts.keepalive {
+            self.keepalive_socks += 1;
+        }
+        // Accepted sockets inherit the listener's options and O_NONBLOCK, as in librdmacm
+        // (unlike Linux accept).
+        let mut s = self.new_sock(opts, nonblocking);
+        s.kind = Kind::Stream(st);
+        let id = self.alloc_id(s);
+        self.by_conn.insert(conn_id, id);
+        Ok(id)
     }
 
     fn listen(&mut self, id: SockId, backlog: u32) -> Result<(), RsError> {
@@ -580,7 +593,7 @@ impl<P: Provider> Ctx<P> {
             id: lid,
             addr: bound,
             backlog: backlog.clamp(1, 4096) as usize,
-            queue: VecDeque::new(),
+            accepted: VecDeque::new(),
         });
         self.by_listen.insert(lid, id);
         Ok(())
@@ -615,7 +628,7 @@ impl<P: Provider> Ctx<P> {
         Ok(match &mut sock.kind {
             Kind::Fresh => Ready::default(),
             Kind::Listening(l) => Ready {
-                readable: !l.queue.is_empty(),
+                readable: !l.accepted.is_empty(),
                 ..Ready::default()
             },
             Kind::Failed(_) => Ready {
@@ -641,8 +654,11 @@ impl<P: Provider> Ctx<P> {
             Kind::Listening(l) => {
                 self.by_listen.remove(&l.id);
                 let _ = self.cm.stop_listen(l.id);
-                for r in l.queue {
-                    let _ = self.cm.reject(r, &[]);
+                // Connections accepted in the background but never handed out are reset.
+                for a in l.accepted {
+                    if let Some((cid, _)) = self.close(a) {
+                        let _ = self.cm.disconnect(cid);
+                    }
                 }
                 None
             }
@@ -656,6 +672,63 @@ impl<P: Provider> Ctx<P> {
                 Some((cid, true))
             }
             Kind::Fresh | Kind::Failed(_) => None,
+        }
+    }
+}
+
+/// The context's connection-manager thread: it blocks in `poll(2)` on the CM channel and,
+/// when events arrive, takes the context lock and processes them, accepting connection
+/// requests into their listeners' backlogs as librdmacm's listen service thread does. So a
+/// connect completes whether or not the peer application is inside `accept`, and a
+/// single-threaded program can connect to itself. It never touches the data path.
+struct CmThread {
+    stop: Arc<crate::sys::EventFd>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl CmThread {
+    fn spawn<P: Provider>(
+        ctx: std::sync::Weak<Mutex<Ctx<P>>>,
+        event_fd: std::os::fd::RawFd,
+    ) -> std::io::Result<Self> {
+        let stop = Arc::new(crate::sys::EventFd::new()?);
+        let stop2 = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("rs-cm".into())
+            .spawn(move || {
+                use std::os::fd::AsRawFd;
+                loop {
+                    let Ok(ready) = crate::sys::poll_readable(&[event_fd, stop2.as_raw_fd()], None)
+                    else {
+                        return;
+                    };
+                    if ready & 2 != 0 {
+                        return;
+                    }
+                    let Some(c) = ctx.upgrade() else {
+                        return;
+                    };
+                    c.lock().unwrap_or_else(PoisonError::into_inner).cm_events();
+                    drop(c);
+                    if ctx.strong_count() == 0 {
+                        return;
+                    }
+                }
+            })?;
+        Ok(Self {
+            stop,
+            handle: Some(handle),
+        })
+    }
+}
+
+impl Drop for CmThread {
+    fn drop(&mut self) {
+        self.stop.notify();
+        if let Some(h) = self.handle.take()
+            && h.thread().id() != std::thread::current().id()
+        {
+            let _ = h.join();
         }
     }
 }
@@ -700,8 +773,10 @@ impl<P: Provider> RsContext<P> {
         let pd = dev.alloc_pd()?;
         let cm = dev.create_cm_channel()?;
         let polling_time = cfg.polling_time;
-        Ok(Self {
+        let event_fd = cm.event_fd();
+        let ctx = Self {
             inner: Arc::new(Mutex::new(Ctx {
+                cm_thread: None,
                 dev,
                 pd,
                 cm,
@@ -716,7 +791,14 @@ impl<P: Provider> RsContext<P> {
                 keepalive_socks: 0,
             })),
             polling_time,
-        })
+        };
+        let t =
+            CmThread::spawn(Arc::downgrade(&ctx.inner), event_fd).map_err(|e| FabricError::Io {
+                op: "starting the rsocket connection-manager thread",
+                source: e,
+            })?;
+        ctx.lock().cm_thread = Some(t);
+        Ok(ctx)
     }
 
     fn lock(&self) -> MutexGuard<'_, Ctx<P>> {
@@ -1011,6 +1093,19 @@ impl<P: Provider> RsContext<P> {
         let mut c = self.lock();
         c.progress_one(id);
         c.readiness(id)
+    }
+
+    /// Readiness of many sockets under one lock, without making progress: calls
+    /// `f(index, readiness)` for each id.
+    pub fn readiness_batch(
+        &self,
+        ids: &[SockId],
+        mut f: impl FnMut(usize, Result<Ready, RsError>),
+    ) {
+        let mut c = self.lock();
+        for (i, id) in ids.iter().enumerate() {
+            f(i, c.readiness(*id));
+        }
     }
 
     /// Readiness without making progress (after [`progress`](Self::progress)).

@@ -7,6 +7,7 @@
 //! * [`conn`]: the stream protocol as a sans-IO state machine (credits, target SGL, sends
 //!   and receives, shutdown, keepalive, iomap);
 //! * [`sim`]: a deterministic simulated fabric for the state machine;
+//! * [`poll`]: a level-triggered poll set over many sockets ([`RsPoll`]);
 //! * [`ctx`]: the socket layer over any fabric provider ([`RsContext`], socket ids), and
 //!   [`RsStream`]/[`RsListener`], its `std::net`-like face.
 #![deny(unsafe_code)]
@@ -17,6 +18,7 @@ pub mod ctx;
 pub mod dgram;
 pub mod error;
 pub mod opts;
+pub mod poll;
 pub mod sim;
 mod stream;
 mod wait;
@@ -26,4 +28,5 @@ pub use ctx::{RecvFlags, RsContext, SendFlagsRs, SockId};
 pub use dgram::RsDatagram;
 pub use error::RsError;
 pub use opts::{RsConfig, SockOpt, SockOptName, SockOpts};
+pub use poll::{Event, Interest, RsPoll, Source, Token};
 pub use stream::{RsListener, RsStream};
