@@ -15,5 +15,6 @@
 
 pub mod fabric;
 pub mod rsocket;
+mod sync;
 pub mod sys;
 pub mod wire;

@@ -8,12 +8,14 @@
 //! pair and completion queue, as in librdmacm; nothing runs in the background: credits,
 //! completions and connection events are processed when the application calls in.
 //!
-//! A context is `Send + Sync` (an `Arc<Mutex<..>>` inside); for parallelism use one context
+//! A context is `Send + Sync` (an `Arc` of a spin lock inside: uncontended except by its CM thread); for parallelism use one context
 //! per thread or lcore, as DPDK applications use one queue per lcore.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
+
+use crate::sync::{SpinGuard, SpinLock};
 use std::time::{Duration, Instant as StdInstant};
 
 use lcore::time::{Clock, RealClock};
@@ -688,7 +690,7 @@ struct CmThread {
 
 impl CmThread {
     fn spawn<P: Provider>(
-        ctx: std::sync::Weak<Mutex<Ctx<P>>>,
+        ctx: std::sync::Weak<SpinLock<Ctx<P>>>,
         event_fd: std::os::fd::RawFd,
     ) -> std::io::Result<Self> {
         let stop = Arc::new(crate::sys::EventFd::new()?);
@@ -708,7 +710,7 @@ impl CmThread {
                     let Some(c) = ctx.upgrade() else {
                         return;
                     };
-                    c.lock().unwrap_or_else(PoisonError::into_inner).cm_events();
+                    c.lock().cm_events();
                     drop(c);
                     if ctx.strong_count() == 0 {
                         return;
@@ -735,7 +737,7 @@ impl Drop for CmThread {
 
 /// A context: sockets over one fabric device.
 pub struct RsContext<P: Provider> {
-    inner: Arc<Mutex<Ctx<P>>>,
+    inner: Arc<SpinLock<Ctx<P>>>,
     polling_time: Duration,
 }
 
@@ -775,7 +777,7 @@ impl<P: Provider> RsContext<P> {
         let polling_time = cfg.polling_time;
         let event_fd = cm.event_fd();
         let ctx = Self {
-            inner: Arc::new(Mutex::new(Ctx {
+            inner: Arc::new(SpinLock::new(Ctx {
                 cm_thread: None,
                 dev,
                 pd,
@@ -801,8 +803,8 @@ impl<P: Provider> RsContext<P> {
         Ok(ctx)
     }
 
-    fn lock(&self) -> MutexGuard<'_, Ctx<P>> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> SpinGuard<'_, Ctx<P>> {
+        self.inner.lock()
     }
 
     /// Makes progress on every socket and connection event; returns the work done (0 when
@@ -1236,6 +1238,85 @@ impl<P: Provider> RsContext<P> {
             _mr: mr,
         });
         Ok(offset)
+    }
+
+    /// [`iomap`](Self::iomap) on raw process memory (`riomap` on a caller's buffer, such as
+    /// a `malloc`ed one): registers `[addr, addr + len)` for the peer's direct writes and
+    /// publishes it at `offset` (`None`: the buffer's address). Withdraw it with
+    /// [`iounmap`](Self::iounmap)`(addr, len)`.
+    ///
+    /// On the shm provider, memory outside shareable regions is made shareable in place
+    /// (see `fabric::shm`'s protection domain docs for what that costs the program).
+    ///
+    /// # Safety
+    /// `[addr, addr + len)` must stay mapped and writable until the mapping is withdrawn or
+    /// the socket is closed; the peer writes into it at any time meanwhile, so no Rust
+    /// reference to it may be alive while it is mapped. On the shm provider, no other
+    /// thread may store into the pages holding the range during this call.
+    ///
+    /// # Errors
+    /// `EINVAL` (not connected, or memory the provider cannot register), `ENOMEM` (no free
+    /// slot at the peer).
+    #[allow(unsafe_code)]
+    pub unsafe fn iomap_raw(
+        &self,
+        id: SockId,
+        addr: *mut u8,
+        len: usize,
+        offset: Option<u64>,
+    ) -> Result<u64, RsError> {
+        let mut c = self.lock();
+        let pd = c.pd.clone();
+        let st = c.stream(id)?;
+        if st.phase != Phase::Established {
+            return Err(RsError::Invalid);
+        }
+        let length = u32::try_from(len).map_err(|_| RsError::Invalid)?;
+        // SAFETY: the range stays mapped and writable while registered, and nothing holds
+        // a Rust reference into it: this function's own contract.
+        let mr = unsafe { pd.reg_raw(addr, len, Access::LOCAL_WRITE | Access::REMOTE_WRITE) }
+            .map_err(|_| RsError::Invalid)?;
+        let addr = mr.addr();
+        let offset = offset.unwrap_or(addr);
+        let index = st.conn.iomap(
+            offset,
+            RsSge {
+                addr,
+                key: mr.rkey(),
+                length,
+            },
+        )?;
+        st.maps.push(IoMapping {
+            addr,
+            len,
+            index: Some(index),
+            _mr: mr,
+        });
+        Ok(offset)
+    }
+
+    /// Bytes received and not yet read on a stream socket (0 for other sockets).
+    ///
+    /// # Errors
+    /// `EBADF` for an unknown socket.
+    pub fn readable_bytes(&self, id: SockId) -> Result<usize, RsError> {
+        let mut c = self.lock();
+        Ok(match &c.sock(id)?.kind {
+            Kind::Stream(st) => st.conn.readable_bytes(),
+            _ => 0,
+        })
+    }
+
+    /// True once a stream socket's connection is established (for `TCP_INFO`).
+    ///
+    /// # Errors
+    /// `EBADF` for an unknown socket.
+    pub fn established(&self, id: SockId) -> Result<bool, RsError> {
+        let mut c = self.lock();
+        Ok(match &c.sock(id)?.kind {
+            Kind::Stream(st) => st.phase == Phase::Established && st.conn.is_connected(),
+            _ => false,
+        })
     }
 
     /// Withdraws a mapping made with [`iomap`](Self::iomap) (`riounmap`): `addr` and `len`

@@ -49,7 +49,6 @@ mod msg;
 mod pd;
 mod qp;
 pub mod service;
-mod spin;
 mod ud;
 mod unix;
 

@@ -34,13 +34,13 @@ use super::cq::{CqShared, SlotEntry};
 use super::device::DevInner;
 use super::layout::{Doorbell, Inbound, QpSegLayout, QpSegView, inbound_kind};
 use super::pd::{PdInner, RemotePd};
-use super::spin::SpinLock;
 use crate::fabric::error::{FabricError, PostError, PostErrorKind, Result};
 use crate::fabric::traits::{ConnId, RcQueuePair};
 use crate::fabric::types::{
     Access, Completion, Payload, QpCaps, QpState, RecvWr, SendFlags, SendOp, SendWr, Sge, WcOpcode,
     WcStatus,
 };
+use crate::sync::SpinLock;
 
 /// A posted receive, as the completion queue consumes it.
 #[derive(Clone, Copy, Debug, Default)]
@@ -467,6 +467,17 @@ impl QpCore {
         p
     }
 
+    /// Counts one more consumed receive. The receive CQ's poll is the only writer (`poll`
+    /// takes `&mut` of the queue), so a load and a store do what `fetch_add` would without
+    /// a locked instruction.
+    #[inline]
+    fn bump_consumed(&self) {
+        // Relaxed load: single writer. R-C1: Release store, pairs with the Acquire load in
+        // post_recv: the receive's buffers were written before its slot counts as free.
+        let v = self.recv_consumed.load(Ordering::Relaxed);
+        self.recv_consumed.store(v + 1, Ordering::Release);
+    }
+
     /// Receive side, called by the receive CQ's poll: completes inbound messages into
     /// `out`. Returns (completions written, more work left).
     pub(crate) fn drain_recv(&self, rs: &mut RecvSide, out: &mut [Completion]) -> (usize, bool) {
@@ -498,7 +509,7 @@ impl QpCore {
             n += 1;
             // Release: the receive is consumed (its buffers written) before the poster may
             // reuse the slot count (pairs with the Acquire in post_recv).
-            self.recv_consumed.fetch_add(1, Ordering::Release);
+            self.bump_consumed();
         }
         if n < out.len() && self.state() == QpState::Error && !self.view.has(rs.next_in) {
             while n < out.len() {
@@ -513,7 +524,7 @@ impl QpCore {
                     ..Completion::default()
                 };
                 n += 1;
-                self.recv_consumed.fetch_add(1, Ordering::Release);
+                self.bump_consumed();
             }
         }
         let more =

@@ -25,13 +25,13 @@ use super::layout::{Doorbell, UD_MTU, UdMsg, UdSegView, ud_seg_len};
 use super::msg::{MAX_MSG, Msg};
 use super::pd::PdInner;
 use super::qp::{RecvWqe, clamp_caps};
-use super::spin::SpinLock;
 use super::{MAX_SGE, Shm, unix};
 use crate::fabric::error::{FabricError, PostError, PostErrorKind, Result};
 use crate::fabric::traits::{QpInit, UdQueuePair, UdSendWr};
 use crate::fabric::types::{
     Completion, GRH_LEN, Payload, QpCaps, QpState, RecvWr, SendFlags, WcOpcode, WcStatus,
 };
+use crate::sync::SpinLock;
 
 /// Consecutive polls a reserved-but-unpublished slot is tolerated before it is skipped.
 const STUCK_POLLS: u32 = 1 << 20;
@@ -68,6 +68,14 @@ pub(crate) struct UdRecvSide {
 }
 
 impl UdCore {
+    /// Counts one more consumed receive (single writer: the receive CQ's poll).
+    #[inline]
+    fn bump_consumed(&self) {
+        // Relaxed load: single writer. Release store pairs with post_recv's Acquire load.
+        let v = self.recv_consumed.load(Ordering::Relaxed);
+        self.recv_consumed.store(v + 1, Ordering::Release);
+    }
+
     pub(crate) fn clear_attn(&self, send: bool) {
         let f = if send {
             &self.send_attn
@@ -131,7 +139,7 @@ impl UdCore {
             match c {
                 Some(c) => {
                     // Release: pairs with the Acquire in post_recv.
-                    self.recv_consumed.fetch_add(1, Ordering::Release);
+                    self.bump_consumed();
                     out[n] = c;
                     n += 1;
                 }

@@ -1,7 +1,10 @@
-//! A minimal spin lock for state shared by a queue pair's poster and its completion queue's
-//! progress engine. Critical sections are a few hundred nanoseconds of memcpy at most, and
-//! contention exists only when those two run on different threads, so a futex-free lock is
-//! the right tool: it never makes a system call, which the data path must not.
+//! A minimal spin lock for data-path state that is almost never contended: a queue pair's
+//! send side (shared by its poster and its completion queue's progress engine) and an
+//! rsocket context (shared by the application and its connection-manager thread).
+//! Uncontended, it costs one compare-and-swap to take and a plain store to release (a
+//! futex mutex needs a second read-modify-write to release), and it never makes a system
+//! call, which the data path must not. Under contention it spins, then yields.
+#![allow(unsafe_code)]
 
 use core::cell::UnsafeCell;
 use core::ops::{Deref, DerefMut};
@@ -31,10 +34,17 @@ impl<T> SpinLock<T> {
     pub(crate) fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
         // S1: Acquire on success, pairs with S2 in `SpinGuard::drop`: the previous holder's
         // writes to `value` are visible.
-        self.locked
+        // The guard is built only on success: a guard dropped after a failed attempt would
+        // release the lock another thread holds.
+        if self
+            .locked
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
-            .then_some(SpinGuard { lock: self })
+        {
+            Some(SpinGuard { lock: self })
+        } else {
+            None
+        }
     }
 
     /// Takes the lock, spinning (and yielding after a while, so an overcommitted host makes
@@ -110,6 +120,11 @@ mod tests {
         assert_eq!(*l.lock(), 200_000);
         let g = l.lock();
         assert!(l.try_lock().is_none());
+        // A failed attempt must leave the holder's lock taken.
+        assert!(
+            l.try_lock().is_none(),
+            "a failed try_lock released the lock"
+        );
         drop(g);
         assert!(l.try_lock().is_some());
     }
