@@ -29,6 +29,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::harness::CpuPair;
 use crate::lcore_perf::{self, LcoreConfig};
 use crate::limit::{self, LimitConfig};
+use crate::pool_perf::{self, MempoolConfig};
 use crate::ring_perf::{self, RingConfig};
 use crate::{PerfError, Report};
 
@@ -76,6 +77,9 @@ pub enum Command {
     /// Ring enqueue/dequeue cost on DPDK's ring_perf_autotest grid (SP/SC and MP/MC; single,
     /// burst and bulk; one and two cores).
     Ring(RingArgs),
+    /// Object-pool get/put rate on DPDK's mempool_perf_autotest grid (cache 0 and 512; bulk
+    /// 1, 4, 32; keep 128; one and two cores).
+    Mempool(MempoolArgs),
     /// Poll-loop iteration cost and inter-lcore message latency and rate.
     Lcore(LcoreArgs),
     /// Host limits: one-way cache-line hand-off between the two CPUs and single-core memcpy
@@ -93,6 +97,7 @@ impl Command {
         common.cpus.check()?;
         Ok(match self {
             Self::Ring(a) => Box::new(a.run(common)?),
+            Self::Mempool(a) => Box::new(a.run(common)?),
             Self::Lcore(a) => Box::new(a.run(common)?),
             Self::Limit(a) => Box::new(a.run(common)?),
         })
@@ -124,6 +129,55 @@ impl RingArgs {
             cfg.two_core_reps = r as usize;
         }
         ring_perf::measure(&cfg)
+    }
+}
+
+/// Options of `dp-perf mempool`.
+#[derive(Debug, Clone, Args)]
+pub struct MempoolArgs {
+    /// Seconds each core runs per case [default: 2; 0.01 with --quick].
+    #[arg(long, value_name = "S", value_parser = parse_seconds, allow_negative_numbers = true)]
+    pub seconds: Option<f64>,
+    /// Objects held before putting them back, comma-separated (DPDK: 32,128; newer also 512).
+    #[arg(long, value_name = "N,..", value_delimiter = ',', default_value = "128",
+          value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub keep: Vec<u32>,
+    /// Get/put chunk sizes, comma-separated; each must divide every keep.
+    #[arg(long, value_name = "N,..", value_delimiter = ',', default_value = "1,4,32",
+          value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub bulk: Vec<u32>,
+    /// Cache sizes, comma-separated (at most 512).
+    #[arg(long, value_name = "N,..", value_delimiter = ',', default_value = "0,512",
+          value_parser = clap::value_parser!(u32).range(0..=512))]
+    pub cache: Vec<u32>,
+    /// Core counts, comma-separated (1 and/or 2).
+    #[arg(long, value_name = "N,..", value_delimiter = ',', default_value = "1,2",
+          value_parser = clap::value_parser!(u32).range(1..=2))]
+    pub cores: Vec<u32>,
+}
+
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 3600.0 => Ok(v),
+        _ => Err(format!("expected seconds in (0, 3600], got {s:?}")),
+    }
+}
+
+impl MempoolArgs {
+    fn run(&self, common: &Common) -> Result<pool_perf::MempoolReport, PerfError> {
+        let mut cfg = if common.quick {
+            MempoolConfig::quick(common.cpus)
+        } else {
+            MempoolConfig::full(common.cpus)
+        };
+        if let Some(s) = self.seconds {
+            cfg.seconds = s;
+        }
+        cfg.keeps = self.keep.iter().map(|&k| k as usize).collect();
+        cfg.bulks = self.bulk.iter().map(|&b| b as usize).collect();
+        cfg.caches = self.cache.clone();
+        cfg.cores = self.cores.iter().map(|&c| c as usize).collect();
+        pool_perf::measure(&cfg)
     }
 }
 

@@ -42,6 +42,9 @@ pub enum PerfError {
     /// A ring could not be created.
     #[error("cannot create the ring under test: {0}")]
     Ring(#[from] mempool::ring::RingError),
+    /// A pool could not be created.
+    #[error("cannot create the pool under test: {0}")]
+    Pool(#[from] mempool::pool::PoolError),
     /// The lcore measurement failed.
     #[error("lcore measurement failed: {0}")]
     Lcore(#[from] lcore::perf::PerfError),

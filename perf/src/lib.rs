@@ -7,6 +7,7 @@
 //! | command | module | compares with |
 //! |---------|--------|---------------|
 //! | `dp-perf ring` | [`ring_perf`] | `ring_perf_autotest` |
+//! | `dp-perf mempool` | [`pool_perf`] | `mempool_perf_autotest` |
 //! | `dp-perf lcore` | [`lcore_perf`] | SPDK/DPDK poller and message costs |
 //! | `dp-perf limit` | [`limit`] | the host: cache-line hand-off, memcpy |
 //!
@@ -29,6 +30,7 @@ mod error;
 pub mod harness;
 pub mod lcore_perf;
 pub mod limit;
+pub mod pool_perf;
 mod report;
 pub mod ring_perf;
 

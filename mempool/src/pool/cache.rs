@@ -8,16 +8,21 @@ use std::sync::Arc;
 use crate::ring::{Consumer, Multi, Producer};
 
 use super::error::Empty;
-use super::stats::CacheStatsRef;
+use super::stats::{CacheCounters, CacheStatsRef, PoolStats};
 use super::{CACHE_CAPACITY, CACHE_MAX_SIZE, ObjId, Pool, flush_threshold};
+
+/// Operations of a cache between two publications of its counters to the pool (see
+/// [`PoolCache::publish_stats`]).
+pub const PUBLISH_EVERY: u32 = 64;
 
 /// A per-thread cache of free objects in front of a pool's ring; see the
 /// [module docs](super#per-lcore-caches) for the get, put and flush rules.
 ///
 /// Made by [`Pool::cache`] or [`Pool::cache_with_size`]. It is `Send` (move it to the lcore that
 /// uses it) but not `Sync`, and every operation takes `&mut self`: one owner, no atomics on the
-/// hit path except its own single-writer counters. It holds its own clones of the ring
-/// handles and an `Arc` of the pool. Dropping it returns every cached object to the ring.
+/// hit path (its counters are plain fields, published to the pool every [`PUBLISH_EVERY`]
+/// operations). It holds its own clones of the ring handles and an `Arc` of the pool.
+/// Dropping it returns every cached object to the ring.
 ///
 /// ```
 /// use mempool::pool::{ObjId, Pool, PoolConfig};
@@ -47,6 +52,10 @@ pub struct PoolCache {
     prod: Producer<ObjId, Multi>,
     /// Our clone of the ring's consumer handle (refills, bypassing gets).
     cons: Consumer<ObjId, Multi>,
+    /// This cache's counters, published to `stats` by [`PoolCache::publish_stats`].
+    counters: CacheCounters,
+    /// Operations since the last publication; publishing happens at [`PUBLISH_EVERY`].
+    unpublished: u32,
     /// Counters, written only by this cache, read by [`Pool::stats`].
     stats: CacheStatsRef,
     /// The pool, kept alive by the cache.
@@ -76,6 +85,8 @@ impl PoolCache {
             flush_at: flush_threshold(size).max(size + 1),
             prod,
             cons,
+            counters: CacheCounters::default(),
+            unpublished: 0,
             stats,
             pool,
         }
@@ -142,9 +153,10 @@ impl PoolCache {
         debug_assert!(len <= CACHE_CAPACITY);
         // SAFETY: `top + n == len <= CACHE_CAPACITY` (field invariant), so the source run is
         // inside the array; `out` holds `n` elements and is a distinct exclusive borrow.
-        unsafe { ptr::copy_nonoverlapping(self.objs.as_ptr().add(top), out.as_mut_ptr(), n) };
+        unsafe { copy_ids(self.objs.as_ptr().add(top), out.as_mut_ptr(), n) };
         self.len = top as u32;
-        self.stats.on_get(n, n, self.len);
+        self.counters.hits += n as u64;
+        self.count_op();
         #[cfg(feature = "debug")]
         self.pool.check_get(out);
         Ok(())
@@ -168,7 +180,8 @@ impl PoolCache {
             if self.cons.dequeue_bulk(&mut self.objs[..fill]) == fill {
                 rest.copy_from_slice(&self.objs[size..fill]);
                 self.len = self.size;
-                self.stats.on_refill();
+                self.counters.refills += 1;
+                self.counters.refilled += size as u64;
                 self.got(out, len);
                 return Ok(());
             }
@@ -180,14 +193,16 @@ impl PoolCache {
             self.got(out, len);
             return Ok(());
         }
-        self.stats.on_empty();
+        self.counters.empty += 1;
+        self.count_op();
         Err(Empty::new(n, len + self.cons.len()))
     }
 
-    /// Bookkeeping of a successful get of `out`, `hits` of which were cached before.
-    #[inline(always)]
-    fn got(&self, out: &[ObjId], hits: usize) {
-        self.stats.on_get(out.len(), hits, self.len);
+    /// Bookkeeping of a successful slow-path get of `out`, `hits` of which were cached before.
+    fn got(&mut self, out: &[ObjId], hits: usize) {
+        self.counters.hits += hits as u64;
+        self.counters.misses += (out.len() - hits) as u64;
+        self.count_op();
         #[cfg(feature = "debug")]
         self.pool.check_get(out);
         #[cfg(not(feature = "debug"))]
@@ -228,14 +243,15 @@ impl PoolCache {
         debug_assert!(len + n <= CACHE_CAPACITY);
         // SAFETY: `len <= 767` (field invariant) and `n <= size <= 512`, so `len + n <= 1279 <
         // CACHE_CAPACITY`; `ids` is a shared borrow that cannot alias our array.
-        unsafe { ptr::copy_nonoverlapping(ids.as_ptr(), self.objs.as_mut_ptr().add(len), n) };
+        unsafe { copy_ids(ids.as_ptr(), self.objs.as_mut_ptr().add(len), n) };
         let len = (len + n) as u32;
+        self.counters.puts += n as u64;
+        self.count_op();
         if len >= self.flush_at {
             self.flush_excess(len);
         } else {
             self.len = len;
         }
-        self.stats.on_put(n, self.len);
     }
 
     /// Puts larger than the cache go straight to the ring.
@@ -244,7 +260,9 @@ impl PoolCache {
         if self.prod.enqueue_bulk(ids) != ids.len() {
             self.pool.ring_overflow(ids.len());
         }
-        self.stats.on_put(ids.len(), self.len);
+        self.counters.puts += ids.len() as u64;
+        self.counters.bypassed += ids.len() as u64;
+        self.count_op();
     }
 
     /// The cache reached `flush_at` with `len` objects: return `objs[size..len]` to the ring.
@@ -255,7 +273,8 @@ impl PoolCache {
             self.pool.ring_overflow(len - size);
         }
         self.len = self.size;
-        self.stats.on_flush();
+        self.counters.flushes += 1;
+        self.counters.flushed += (len - size) as u64;
     }
 
     /// Returns every cached object to the ring (`rte_mempool_cache_flush`), for example before
@@ -266,7 +285,42 @@ impl PoolCache {
             self.pool.ring_overflow(len);
         }
         self.len = 0;
-        self.stats.set_cached(0);
+        self.counters.flushed += len as u64;
+        self.publish_stats();
+    }
+
+    /// Publishes this cache's hit and put counts to the pool, making [`Pool::stats`] and
+    /// [`Pool::available`] exact for this cache until its next operation.
+    ///
+    /// A cache counts in plain fields and publishes only every [`PUBLISH_EVERY`] operations,
+    /// on [`PoolCache::flush`] and on drop: an atomic store per operation cost more than half
+    /// the throughput of small bulks (see `stats.rs`). Call this before reading exact totals
+    /// while the cache is alive.
+    pub fn publish_stats(&mut self) {
+        self.unpublished = 0;
+        self.stats.publish(&self.counters);
+    }
+
+    /// This cache's own counters, exact (the pool's totals see them as of the last
+    /// publication).
+    pub fn stats(&self) -> PoolStats {
+        self.counters.stats()
+    }
+
+    /// Counts one operation; publishes every [`PUBLISH_EVERY`].
+    #[inline(always)]
+    fn count_op(&mut self) {
+        self.unpublished += 1;
+        if self.unpublished >= PUBLISH_EVERY {
+            self.publish_cold();
+        }
+    }
+
+    /// Out-of-line publication for [`PoolCache::count_op`].
+    #[cold]
+    #[inline(never)]
+    fn publish_cold(&mut self) {
+        self.publish_stats();
     }
 }
 
@@ -285,5 +339,79 @@ impl fmt::Debug for PoolCache {
             .field("size", &self.size)
             .field("flush_threshold", &self.flush_threshold())
             .finish_non_exhaustive()
+    }
+}
+
+/// Copies `n` ids from `src` to `dst` without calling `memcpy` for the small counts of the hot
+/// path (bulk sizes are usually run-time values, so the compiler cannot inline the copy).
+///
+/// Runs of up to 128 bytes are moved as two possibly overlapping fixed-size blocks (the first
+/// and the last `B` bytes, for the smallest `B` in 4, 8, 16, 32, 64 with `2B >= len`), like
+/// DPDK's `rte_memcpy`; longer runs call `copy_nonoverlapping`.
+///
+/// # Safety
+///
+/// `src` must be valid for reads and `dst` for writes of `n` ids, and the two runs must not
+/// overlap.
+#[inline(always)]
+unsafe fn copy_ids(src: *const ObjId, dst: *mut ObjId, n: usize) {
+    /// Moves the first and last `B` bytes of a `len`-byte run, `B <= len <= 2B`.
+    ///
+    /// # Safety
+    ///
+    /// As for `copy_ids`, with `len` bytes.
+    #[inline(always)]
+    unsafe fn two<const B: usize>(src: *const u8, dst: *mut u8, len: usize) {
+        debug_assert!(B <= len && len <= 2 * B);
+        // SAFETY: both blocks lie within the `len`-byte runs (`B <= len`); reads complete
+        // before the writes and the runs do not overlap (caller).
+        unsafe {
+            let head = src.cast::<[u8; B]>().read_unaligned();
+            let tail = src.add(len - B).cast::<[u8; B]>().read_unaligned();
+            dst.cast::<[u8; B]>().write_unaligned(head);
+            dst.add(len - B).cast::<[u8; B]>().write_unaligned(tail);
+        }
+    }
+    let len = n * size_of::<ObjId>();
+    let (s, d) = (src.cast::<u8>(), dst.cast::<u8>());
+    // SAFETY: in every arm the run is `len` bytes on both sides (caller) and each arm's block
+    // size `B` satisfies `B <= len <= 2B` (ids are at least 4 bytes, so `len` is 0 or >= 4).
+    unsafe {
+        match len {
+            0 => {}
+            1..=8 => two::<4>(s, d, len),
+            9..=16 => two::<8>(s, d, len),
+            17..=32 => two::<16>(s, d, len),
+            33..=64 => two::<32>(s, d, len),
+            65..=128 => two::<64>(s, d, len),
+            _ => ptr::copy_nonoverlapping(src, dst, n),
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_ids_copies_exactly_n() {
+        let src: Vec<ObjId> = (0..400).map(|i| ObjId::new(i + 1, 7)).collect();
+        for n in 0..=300 {
+            for off in [0usize, 1, 3] {
+                let mut dst = vec![ObjId::default(); 310];
+                // SAFETY: `off + n <= 303 <= src.len()` and `<= dst.len()`; distinct vectors.
+                unsafe { copy_ids(src.as_ptr().add(off), dst.as_mut_ptr().add(off), n) };
+                assert_eq!(
+                    &dst[off..off + n],
+                    &src[off..off + n],
+                    "n {n}, offset {off}"
+                );
+                assert!(dst[..off].iter().all(|&id| id == ObjId::default()));
+                assert!(
+                    dst[off + n..].iter().all(|&id| id == ObjId::default()),
+                    "n {n}"
+                );
+            }
+        }
     }
 }

@@ -176,8 +176,9 @@ impl Pool {
     /// number of free cookies with the objects in the ring and the caches.
     ///
     /// The cookie check holds at any time; the count check is exact only while no thread gets
-    /// or puts (cookies flip before objects reach the ring or a cache), so run it on a
-    /// quiescent pool. Available with the `debug` feature only.
+    /// or puts (cookies flip before objects reach the ring or a cache) and every live cache has
+    /// published its counters ([`PoolCache::publish_stats`](super::PoolCache::publish_stats)),
+    /// so run it on a quiescent pool. Available with the `debug` feature only.
     ///
     /// # Errors
     ///

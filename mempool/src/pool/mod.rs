@@ -26,8 +26,8 @@
 //! A [`PoolCache`] is owned by one thread (it is `Send`, not `Sync`), like a DPDK user-owned
 //! `rte_mempool_cache` passed to `rte_mempool_generic_get/put`. It holds up to `size` objects
 //! (at most [`CACHE_MAX_SIZE`] = 512, as `RTE_MEMPOOL_CACHE_MAX_SIZE`) in a fixed array of
-//! `3 x CACHE_MAX_SIZE` slots, the overflow room DPDK reserves, so no operation ever checks for
-//! space.
+//! `3 x CACHE_MAX_SIZE` slots (the overflow room of DPDK's cache before 22.11, which went to 2x
+//! with the newer flush rule), so no operation ever checks for space.
 //!
 //! - **Get** pops the most recently cached objects (LIFO: the objects whose bytes are most
 //!   likely still in this core's cache come back first). When the cache holds fewer than asked,
@@ -35,14 +35,19 @@
 //!   bulk, serving the remaining ones from the top of the refill and keeping `size`. If the ring
 //!   cannot supply that many, it dequeues just the remainder; if that fails too, the request
 //!   fails with [`Empty`] and nothing is taken (all or nothing, as `rte_mempool_get_bulk`).
-//!   Requests whose remainder exceeds `size` skip the refill and go to the ring directly.
+//!   Requests whose remainder exceeds `size` skip the refill and take the remainder from the
+//!   ring directly (DPDK 22.11 refills for remainders up to 512 whatever the cache size).
+//!   The objects handed out from the cache are its top `n` in stack order (one `memcpy`),
+//!   where DPDK copies them one by one in reverse; the set is the same.
 //! - **Put** appends to the cache; when the length reaches the flush threshold
 //!   ([`flush_threshold`]`(size)` = `size + size / 2`, i.e. [`FLUSH_THRESHOLD_MULTIPLIER`] = 1.5
 //!   truncated, as DPDK's `CALC_CACHE_FLUSHTHRESH`), everything above `size` goes back to the ring
-//!   in one bulk. This is the flush rule of DPDK up to 22.11; newer DPDK flushes the whole cache
-//!   when an append would cross the threshold. The older rule was chosen because it keeps `size`
-//!   warm objects in the cache after a flush, so a thread that alternates bursts of puts and
-//!   gets keeps hitting. Puts of more than `size` objects bypass the cache.
+//!   in one bulk. This is DPDK's flush rule before 22.11; 22.11 and later flush the whole cache
+//!   when an append would cross the threshold and keep only the new objects. The older rule was
+//!   chosen because a flush leaves `size` objects in the cache instead of as few as one batch,
+//!   so a thread that alternates bursts of puts and gets keeps hitting; in steady state (a
+//!   cache cycling below its threshold, as in `mempool_perf_autotest`) the two never differ.
+//!   Puts of more than `size` objects bypass the cache.
 //! - **Drop** of a cache returns everything it holds to the ring; [`PoolCache::flush`] does so
 //!   on demand.
 //!
@@ -54,7 +59,8 @@
 //! Objects in one lcore's cache are invisible to the others: a get can fail with [`Empty`] while
 //! other caches together hold up to `caches x (1.5 x size - 1)` free objects, exactly as DPDK
 //! warns. [`Pool::available`] and [`Pool::in_use`] count cached objects as available and are
-//! approximate while caches are active (DPDK documents `rte_mempool_avail_count` the same way).
+//! approximate while caches are active (DPDK documents `rte_mempool_avail_count` the same way;
+//! here each live cache is counted as of its last statistics publication).
 //! Size pools as DPDK advises:
 //!
 //! - `count >= lcores x 1.5 x cache_size + in-flight objects`, and at least
@@ -77,11 +83,21 @@
 //!   and put of an id out of range panic with a message naming the pool and the object;
 //! - a trailer that no longer holds its cookie (a write past the end of the object) or a header
 //!   that holds neither cookie (a write before its start) panics on the next get or put;
-//! - [`Pool::audit`] walks every object.
+//! - `Pool::audit` (present with the feature) walks every object.
 //!
 //! These are programming-error checks for debug and test builds, not input validation: they
 //! verify the safety contract of the `unsafe` puts. In `debug` builds an [`ObjId`] also carries
 //! its pool's tag, so "object of another pool" is detected even when the index is in range.
+//!
+//! # Statistics
+//!
+//! [`Pool::stats`] sums gets, puts, cache hits, failed gets ([`Empty`]), refills and flushes
+//! over the cache-less path (shared atomic counters), the live caches and the caches already
+//! dropped. A cache counts in plain fields and publishes its totals to the pool every
+//! [`PUBLISH_EVERY`] operations, on [`PoolCache::flush`], on [`PoolCache::publish_stats`] and
+//! on drop, so a live cache is seen as of its last publication: an atomic counter update on the
+//! hit path cost more than half the throughput of small bulks (measurements in `stats.rs`).
+//! [`PoolCache::stats`] is the cache's own exact view.
 //!
 //! # Objects are bytes
 //!
@@ -125,6 +141,8 @@
 //! }
 //! // SAFETY: every id came from this pool and is put back exactly once.
 //! unsafe { cache.put_bulk(&burst) };
+//! assert_eq!(cache.stats().gets, 32);
+//! cache.publish_stats(); // caches publish every 64 operations; make the totals exact now
 //! assert_eq!(pool.stats().gets, 32);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -143,7 +161,7 @@ mod stats;
 
 use core::fmt;
 
-pub use cache::PoolCache;
+pub use cache::{PUBLISH_EVERY, PoolCache};
 pub use config::PoolConfig;
 #[cfg(feature = "debug")]
 pub use debug::{AuditError, AuditReport, COOKIE_ALLOCATED, COOKIE_FREE, COOKIE_TRAILER};

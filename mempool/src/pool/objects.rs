@@ -322,7 +322,8 @@ impl Pool {
     /// Free objects: those in the ring plus those in live caches (`rte_mempool_avail_count`).
     ///
     /// Approximate while other threads get and put: the ring and each cache are read at
-    /// different moments. A get can fail even when this is large, because objects in other
+    /// different moments, and a live cache is counted as of its last statistics publication
+    /// (exact once it is flushed, dropped or has called [`PoolCache::publish_stats`]). A get can fail even when this is large, because objects in other
     /// lcores' caches are not reachable (see the module docs on stranded objects).
     pub fn available(&self) -> usize {
         let cached = self.registry().cached();
@@ -340,7 +341,9 @@ impl Pool {
         self.registry().live()
     }
 
-    /// Counters summed over every cache (live and dropped) and the cache-less path.
+    /// Counters summed over every cache (live and dropped) and the cache-less path. Live caches
+    /// count as of their last publication (every [`PUBLISH_EVERY`](super::PUBLISH_EVERY)
+    /// operations, flush, drop or [`PoolCache::publish_stats`]).
     pub fn stats(&self) -> PoolStats {
         self.registry().totals(&self.shared)
     }

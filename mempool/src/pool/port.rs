@@ -48,13 +48,20 @@ impl RingPort {
     pub(crate) fn new(count: u32, tag: u32) -> Result<Self, RingError> {
         let capacity = (count as usize).next_power_of_two();
         let (mut prod, cons) = Ring::<ObjId>::mpmc(capacity)?;
-        let ids: Vec<ObjId> = (0..count).map(|i| ObjId::new(i, tag)).collect();
-        let sent = prod.enqueue_bulk(&ids);
-        debug_assert_eq!(
-            sent,
-            ids.len(),
-            "a fresh ring of {capacity} slots took fewer ids"
-        );
+        // In batches, so a pool of 2^31 objects needs no 8 GiB staging vector.
+        const BATCH: u32 = 1024;
+        let mut batch = Vec::with_capacity(BATCH as usize);
+        for start in (0..count).step_by(BATCH as usize) {
+            let end = count.min(start.saturating_add(BATCH));
+            batch.clear();
+            batch.extend((start..end).map(|i| ObjId::new(i, tag)));
+            let sent = prod.enqueue_bulk(&batch);
+            debug_assert_eq!(
+                sent,
+                batch.len(),
+                "a fresh ring of {capacity} slots is full"
+            );
+        }
         Ok(Self { prod, cons })
     }
 

@@ -7,13 +7,26 @@
 //! already dropped. The cache-less path ([`Pool::get_bulk`](super::Pool::get_bulk) and friends)
 //! has many writers and uses `fetch_add`.
 //!
-//! ## Why single-writer counters are `Relaxed` load + store
+//! ## Why caches count in plain integers and publish
 //!
-//! Only the owning thread stores a cache's counters, so `load + 1, store` never loses an update
-//! and needs no `lock`-prefixed instruction (on x86 it is a plain `add` to memory). Readers in
-//! other threads only want a recent value: nothing else is published through a counter, so no
-//! ordering is needed (`Relaxed`). The counters are atomics only so that those concurrent reads
-//! are not data races. DPDK's `rte_mempool_debug_stats` are per-lcore for the same reason.
+//! A cache is used by one thread, so it counts in plain fields of its own and *publishes* the
+//! running totals to its `Arc<CacheStats>` with `Relaxed` stores: every
+//! [`PUBLISH_EVERY`](super::PUBLISH_EVERY) operations, on every explicit flush, on
+//! [`PoolCache::publish_stats`](super::PoolCache::publish_stats) and on drop. Only the owner
+//! stores, so no read-modify-write is needed; readers in other threads only want a recent value
+//! and nothing else is published through a counter, so no ordering is needed either; the
+//! counters are atomics only so that those concurrent reads are not data races.
+//!
+//! Counting straight into the atomics on every operation was measured first: on the 2-vCPU
+//! AMD EPYC (KVM) development box, one core cycling 128 objects through a 512-object cache in
+//! bulks of 1 ran at 611 M objects/s with no counters, 257 M with `load + add + store` of two
+//! counters per operation, and 248 M with one plain `store` of a locally kept total: any atomic
+//! access on the hit path stopped the compiler from keeping the cache's state in registers
+//! across an inlined loop. With publication every 64 operations it ran at 300-414 M over
+//! several runs on the shared box (DPDK 22.11, statistics compiled out as in its default
+//! build: 418 M on the same box).
+//! DPDK's own per-lcore `rte_mempool_debug_stats` are plain per-lcore integers for the same
+//! reason, and are compiled out unless `RTE_LIBRTE_MEMPOOL_STATS` is set.
 
 use core::ops::AddAssign;
 use std::sync::Arc;
@@ -65,82 +78,116 @@ impl AddAssign for PoolStats {
     }
 }
 
-/// Counters of one cache; written only by the thread that owns the cache.
+/// Counters of one cache, kept by the cache in plain integers (no atomics on its paths).
+///
+/// The number of objects in the cache is not a counter: it is derived from the flows in and out
+/// of the cache array ([`CacheCounters::cached`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct CacheCounters {
+    /// Objects handed out that were in the cache before the request.
+    pub(crate) hits: u64,
+    /// Objects handed out that came from the ring (refill or direct dequeue).
+    pub(crate) misses: u64,
+    /// Objects put, into the cache or past it.
+    pub(crate) puts: u64,
+    /// Objects put straight to the ring (puts larger than the cache).
+    pub(crate) bypassed: u64,
+    /// Objects a refill left in the cache (`size` per refill).
+    pub(crate) refilled: u64,
+    /// Objects moved from the cache to the ring (threshold flushes and explicit flushes).
+    pub(crate) flushed: u64,
+    /// Failed gets.
+    pub(crate) empty: u64,
+    /// Refill operations.
+    pub(crate) refills: u64,
+    /// Threshold flush operations.
+    pub(crate) flushes: u64,
+}
+
+impl CacheCounters {
+    /// Objects in the cache: `(puts - bypassed) + refilled - hits - flushed`.
+    pub(crate) fn cached(&self) -> u64 {
+        (self.puts.saturating_sub(self.bypassed) + self.refilled)
+            .saturating_sub(self.hits + self.flushed)
+    }
+
+    /// The counters as [`PoolStats`].
+    pub(crate) fn stats(&self) -> PoolStats {
+        PoolStats {
+            gets: self.hits + self.misses,
+            puts: self.puts,
+            cache_hits: self.hits,
+            empty: self.empty,
+            refills: self.refills,
+            flushes: self.flushes,
+        }
+    }
+}
+
+/// The published copy of one cache's [`CacheCounters`], read by the pool.
+///
+/// Written only by the owning cache, with plain `Relaxed` stores of its running totals (no
+/// read-modify-write: there is one writer), when it publishes: every
+/// [`PUBLISH_EVERY`](super::PUBLISH_EVERY) operations, on every explicit flush, on
+/// [`PoolCache::publish_stats`](super::PoolCache::publish_stats) and on drop. Readers get each
+/// counter as of some publication; they are not mutually consistent while the owner runs.
 #[derive(Debug, Default)]
 pub(crate) struct CacheStats {
-    gets: AtomicU64,
-    puts: AtomicU64,
     hits: AtomicU64,
+    misses: AtomicU64,
+    puts: AtomicU64,
+    bypassed: AtomicU64,
+    refilled: AtomicU64,
+    flushed: AtomicU64,
     empty: AtomicU64,
     refills: AtomicU64,
     flushes: AtomicU64,
-    /// Objects currently in the cache, for [`Pool::available`](super::Pool::available).
-    cached: AtomicU64,
-}
-
-/// Adds `n` to a single-writer counter.
-#[inline(always)]
-fn bump(counter: &AtomicU64, n: u64) {
-    // Relaxed load + store: single writer (the owning cache's thread), see the module docs.
-    counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
 }
 
 impl CacheStats {
-    /// Records a successful get of `n` objects, `hits` of them already cached, leaving `cached`.
-    #[inline(always)]
-    pub(crate) fn on_get(&self, n: usize, hits: usize, cached: u32) {
-        bump(&self.gets, n as u64);
-        bump(&self.hits, hits as u64);
-        self.set_cached(cached);
+    /// Publishes the owner's running totals.
+    pub(crate) fn publish(&self, c: &CacheCounters) {
+        // Relaxed: single writer; statistics only, nothing is read through them (module
+        // docs). `bypassed` is stored before `puts` and `hits` after `refilled`, so a reader
+        // that loads in the opposite order sees no more bypassed than put objects and no more
+        // hits than flowed in (up to objects put between two publications).
+        let w = |a: &AtomicU64, v: u64| a.store(v, Ordering::Relaxed);
+        w(&self.bypassed, c.bypassed);
+        w(&self.puts, c.puts);
+        w(&self.refilled, c.refilled);
+        w(&self.hits, c.hits);
+        w(&self.misses, c.misses);
+        w(&self.flushed, c.flushed);
+        w(&self.empty, c.empty);
+        w(&self.refills, c.refills);
+        w(&self.flushes, c.flushes);
     }
 
-    /// Records a put of `n` objects leaving `cached` in the cache.
-    #[inline(always)]
-    pub(crate) fn on_put(&self, n: usize, cached: u32) {
-        bump(&self.puts, n as u64);
-        self.set_cached(cached);
-    }
-
-    /// Records a failed get.
-    pub(crate) fn on_empty(&self) {
-        bump(&self.empty, 1);
-    }
-
-    /// Records a refill of the cache from the ring.
-    pub(crate) fn on_refill(&self) {
-        bump(&self.refills, 1);
-    }
-
-    /// Records a threshold flush of the cache to the ring.
-    pub(crate) fn on_flush(&self) {
-        bump(&self.flushes, 1);
-    }
-
-    /// Publishes the cache length.
-    #[inline(always)]
-    pub(crate) fn set_cached(&self, cached: u32) {
-        // Relaxed: single writer; readers want an approximate count only (module docs).
-        self.cached.store(u64::from(cached), Ordering::Relaxed);
-    }
-
-    /// Objects in the cache as last published.
-    pub(crate) fn cached(&self) -> u64 {
-        // Relaxed: an approximate count, nothing is read through it.
-        self.cached.load(Ordering::Relaxed)
-    }
-
-    /// The counters as last written.
-    pub(crate) fn snapshot(&self) -> PoolStats {
+    /// The counters as last published.
+    pub(crate) fn load(&self) -> CacheCounters {
         // Relaxed: statistics only (module docs).
-        let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        PoolStats {
-            gets: r(&self.gets),
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        CacheCounters {
+            hits: r(&self.hits),
+            misses: r(&self.misses),
             puts: r(&self.puts),
-            cache_hits: r(&self.hits),
+            bypassed: r(&self.bypassed),
+            refilled: r(&self.refilled),
+            flushed: r(&self.flushed),
             empty: r(&self.empty),
             refills: r(&self.refills),
             flushes: r(&self.flushes),
         }
+    }
+
+    /// Objects in the cache as of the last publication (approximate while the owner runs).
+    fn cached(&self) -> u64 {
+        self.load().cached()
+    }
+
+    /// The counters as last published, as [`PoolStats`].
+    fn snapshot(&self) -> PoolStats {
+        self.load().stats()
     }
 }
 

@@ -240,8 +240,9 @@ impl<T> RawRing<T> {
         {
             // Slot<T> is repr(transparent) over MaybeUninit<T>, itself transparent over T.
             let base = self.slots.as_ptr().cast::<T>();
-            // SAFETY: slots `idx .. idx + first` are inside the array (`first <= cap - idx`),
-            // claimed by us, and cannot overlap the caller's slice.
+            // SAFETY: slots `idx .. idx + first` are inside the array (`first <= cap - idx`)
+            // and claimed by us, so no other reference (not even a `peek`ed element passed
+            // back in as `src`) points into them: no overlap with `src`.
             unsafe { ptr::copy_nonoverlapping(src.as_ptr(), base.add(idx), first) };
             if first < n {
                 // SAFETY: the wrapped part is slots `0 .. n - first`, `n - first <= idx`

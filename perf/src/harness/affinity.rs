@@ -81,6 +81,9 @@ impl FromStr for CpuPair {
 
 /// The process's allowed CPUs (`sched_getaffinity` of the main thread).
 ///
+/// The perf lab never pins the main thread; a program that does (criterion benches) must read
+/// this before pinning it.
+///
 /// # Errors
 ///
 /// [`PerfError::Affinity`] if the set cannot be read.

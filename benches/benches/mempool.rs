@@ -1,0 +1,79 @@
+//! `mempool::pool` on the cases of DPDK's `mempool_perf_autotest`: cache 0 and 512, get/put
+//! bulk 1, 4 and 32, `keep` 128, on one core and on two cores (each core gets and puts its own
+//! objects through its own cache, as DPDK's test does). One iteration is one keep cycle per
+//! core: get 128 objects in chunks of `bulk`, put them back in chunks of `bulk`; throughput is
+//! objects got and returned (128 per core per iteration).
+
+use std::time::Instant;
+
+use benches::{config, pin_bench_thread, two_core_wall, two_cores};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use mempool::pool::{ObjId, Pool, PoolConfig};
+use perf::pool_perf::{CACHE_MAX, DPDK_MAX_KEEP, OBJ_SIZE, POOL_LCORES, keep_cycle};
+
+const KEEP: usize = 128;
+const BULKS: [usize; 3] = [1, 4, 32];
+
+/// DPDK's `MEMPOOL_SIZE` for two lcores.
+const POOL_SIZE: u32 = (POOL_LCORES * (DPDK_MAX_KEEP + CACHE_MAX as usize) - 1) as u32;
+
+fn pool(cache: u32) -> std::sync::Arc<Pool> {
+    Pool::new(PoolConfig::new("bench", OBJ_SIZE, POOL_SIZE).cache_size(cache)).expect("pool")
+}
+
+fn one_core(c: &mut Criterion, cache: u32) {
+    pin_bench_thread();
+    let pool = pool(cache);
+    let mut g = c.benchmark_group(format!("mempool/cache{cache}/1core"));
+    g.throughput(Throughput::Elements(KEEP as u64));
+    for bulk in BULKS {
+        g.bench_with_input(BenchmarkId::new("bulk", bulk), &bulk, |b, &bulk| {
+            let mut port = pool.cache();
+            let mut table = vec![ObjId::default(); KEEP];
+            b.iter(|| keep_cycle(&mut port, &mut table, bulk).expect("pool sized for the bench"))
+        });
+    }
+    g.finish();
+}
+
+fn two_core(c: &mut Criterion, cache: u32) {
+    let Some(cpus) = two_cores() else { return };
+    let pool = pool(cache);
+    let mut g = c.benchmark_group(format!("mempool/cache{cache}/2core"));
+    g.throughput(Throughput::Elements(2 * KEEP as u64));
+    for bulk in BULKS {
+        g.bench_with_input(BenchmarkId::new("bulk", bulk), &bulk, |b, &bulk| {
+            b.iter_custom(|iters| {
+                let worker = |barrier: &perf::harness::SpinBarrier| {
+                    let mut port = pool.cache();
+                    let mut table = vec![ObjId::default(); KEEP];
+                    barrier.wait();
+                    let t0 = Instant::now();
+                    for _ in 0..iters {
+                        keep_cycle(&mut port, &mut table, bulk).expect("pool sized for the bench");
+                    }
+                    (t0, Instant::now())
+                };
+                two_core_wall(cpus, worker, worker)
+            })
+        });
+    }
+    g.finish();
+}
+
+fn no_cache(c: &mut Criterion) {
+    one_core(c, 0);
+    two_core(c, 0);
+}
+
+fn cache_512(c: &mut Criterion) {
+    one_core(c, CACHE_MAX);
+    two_core(c, CACHE_MAX);
+}
+
+criterion_group! {
+    name = pools;
+    config = config();
+    targets = no_cache, cache_512
+}
+criterion_main!(pools);
