@@ -25,7 +25,7 @@ pub mod verbs;
 pub use error::{FabricError, PostError, PostErrorKind};
 pub use traits::{
     CmChannel, CmEvent, CompletionQueue, ConnId, ConnRequest, Device, ListenId, MAX_PRIVATE_DATA,
-    MemoryRegion, PrivateData, ProtectionDomain, Provider, QpInit, RcQueuePair, UdQueuePair,
+    MemoryRegion, PrepareQp, PrivateData, ProtectionDomain, Provider, QpInit, RcQueuePair, UdQueuePair,
     UdSendWr, UnreachableReason,
 };
 pub use types::{

@@ -400,6 +400,10 @@ pub trait ConnRequest: Send + core::fmt::Debug {
     fn local_addr(&self) -> SocketAddr;
 }
 
+/// A hook run on a new connection's queue pair before the connection message leaves
+/// (see [`CmChannel::connect_prepared`]).
+pub type PrepareQp<'a, P> = dyn FnMut(&mut <P as Provider>::Qp) -> Result<()> + 'a;
+
 /// A connection-manager event channel (`rdma_event_channel` plus its `rdma_cm_id`s).
 pub trait CmChannel: Send {
     /// The provider family.
@@ -417,21 +421,53 @@ pub trait CmChannel: Send {
     /// Starts connecting to `dst` with a new queue pair (`rdma_resolve_addr`,
     /// `rdma_resolve_route`, `rdma_create_qp`, `rdma_connect`). Receives may be posted on
     /// the returned queue pair at once; sends once [`CmEvent::Established`] arrives.
+    ///
+    /// The passive side may send as soon as it has accepted, so a protocol that needs
+    /// receives in place before the first message uses [`connect_prepared`](Self::connect_prepared).
     fn connect(
         &mut self,
         dst: SocketAddr,
         init: &QpInit<'_, Self::P>,
         private_data: &[u8],
+    ) -> Result<(ConnId, <Self::P as Provider>::Qp)> {
+        self.connect_prepared(dst, init, private_data, &mut |_| Ok(()))
+    }
+
+    /// [`connect`](Self::connect), calling `prepare` on the new queue pair before the
+    /// request leaves (to post receives, as `rs_create_ep` does before `rdma_connect`). If
+    /// `prepare` fails, nothing is sent and its error is returned.
+    fn connect_prepared(
+        &mut self,
+        dst: SocketAddr,
+        init: &QpInit<'_, Self::P>,
+        private_data: &[u8],
+        prepare: &mut PrepareQp<'_, Self::P>,
     ) -> Result<(ConnId, <Self::P as Provider>::Qp)>;
 
     /// Accepts a request with a new queue pair (`rdma_create_qp` + `rdma_accept`). As with
     /// `rdma_accept`, the queue pair is ready to send when this returns; the peer's
     /// ready-to-use later produces [`CmEvent::Established`].
+    ///
+    /// The active side may send as soon as the reply reaches it, so a protocol that needs
+    /// receives in place first uses [`accept_prepared`](Self::accept_prepared).
     fn accept(
         &mut self,
         request: <Self::P as Provider>::ConnRequest,
         init: &QpInit<'_, Self::P>,
         private_data: &[u8],
+    ) -> Result<(ConnId, <Self::P as Provider>::Qp)> {
+        self.accept_prepared(request, init, private_data, &mut |_| Ok(()))
+    }
+
+    /// [`accept`](Self::accept), calling `prepare` on the new queue pair before the reply
+    /// leaves (to post receives, as rsocket does before `rdma_accept`). If `prepare`
+    /// fails, the request is rejected and its error returned.
+    fn accept_prepared(
+        &mut self,
+        request: <Self::P as Provider>::ConnRequest,
+        init: &QpInit<'_, Self::P>,
+        private_data: &[u8],
+        prepare: &mut PrepareQp<'_, Self::P>,
     ) -> Result<(ConnId, <Self::P as Provider>::Qp)>;
 
     /// Rejects a request (`rdma_reject`).

@@ -198,6 +198,22 @@ impl<P: Provider> Stream<P> {
     }
 }
 
+/// Posts a new connection's initial receives on its queue pair (the `prepare` hook of
+/// connect and accept).
+fn post_initial_recvs<P: Provider>(
+    conn: &mut StreamConn,
+    qp: &mut P::Qp,
+    bufs: &SockBufs<P>,
+) -> Result<(), FabricError> {
+    let rq = conn.config().rq_size;
+    conn.post_initial_recvs(&mut Io { qp, bufs })
+        .map_err(|_| FabricError::Exhausted {
+            what: "receives on a new queue pair",
+            limit: u64::from(rq),
+            hint: "lower the receive queue size (RDMA_RQSIZE) or raise the provider's limit",
+        })
+}
+
 pub(crate) struct Ctx<P: Provider> {
     /// Declared first so it stops (and joins) the CM thread before the CM channel closes.
     cm_thread: Option<CmThread>,
@@ -468,7 +484,12 @@ impl<P: Provider> Ctx<P> {
             recv_cq: &cq,
             caps,
         };
-        let (conn_id, qp) = match self.cm.connect(addr, &init, &pdata) {
+        let mut conn = conn;
+        // Receives go in before the request leaves (`rs_create_ep` before `rdma_connect`).
+        let r = self.cm.connect_prepared(addr, &init, &pdata, &mut |qp| {
+            post_initial_recvs(&mut conn, qp, &bufs)
+        });
+        let (conn_id, qp) = match r {
             Ok(x) => x,
             Err(e) => {
                 self.arena.free(bufs);
@@ -488,10 +509,6 @@ impl<P: Provider> Ctx<P> {
             maps: Vec::new(),
         });
         st.conn.clamp_inline(st.qp.caps().max_inline_data);
-        {
-            let (c, mut io) = st.io();
-            c.post_initial_recvs(&mut io)?;
-        }
         self.sock(id)?.kind = Kind::Stream(st);
         self.by_conn.insert(conn_id, id);
         Ok(())
@@ -534,7 +551,13 @@ impl<P: Provider> Ctx<P> {
             recv_cq: &cq,
             caps,
         };
-        let (conn_id, qp) = match self.cm.accept(request, &init, &pdata) {
+        let mut conn = conn;
+        // Receives go in before the reply leaves, as rsocket posts them before
+        // `rdma_accept`: the peer may send the moment it has the reply.
+        let r = self.cm.accept_prepared(request, &init, &pdata, &mut |qp| {
+            post_initial_recvs(&mut conn, qp, &bufs)
+        });
+        let (conn_id, qp) = match r {
             Ok(x) => x,
             Err(e) => {
                 self.arena.free(bufs);
@@ -558,7 +581,6 @@ impl<P: Provider> Ctx<P> {
             // connection is established now, with the peer's data from its request.
             let now = self.clock.now();
             let (c, mut io) = st.io();
-            c.post_initial_recvs(&mut io)?;
             c.establish(&peer, &mut io, now)?;
             if opts.keepalive {
                 c.set_keepalive(Some(opts.keepidle), now);

@@ -39,7 +39,8 @@ use super::qp::{Peer, QpCore, ShmQp};
 use super::{Shm, unix};
 use crate::fabric::error::{FabricError, Result};
 use crate::fabric::traits::{
-    CmChannel, CmEvent, ConnId, ConnRequest, ListenId, PrivateData, QpInit, UnreachableReason,
+    CmChannel, CmEvent, ConnId, ConnRequest, ListenId, PrepareQp, PrivateData, QpInit,
+    UnreachableReason,
 };
 use crate::fabric::types::QpState;
 
@@ -564,15 +565,16 @@ impl CmChannel for ShmCm {
         self.listeners.get(&id).map(|l| l.addr)
     }
 
-    fn connect(
+    fn connect_prepared(
         &mut self,
         dst: SocketAddr,
         init: &QpInit<'_, Shm>,
         private_data: &[u8],
+        prepare: &mut PrepareQp<'_, Shm>,
     ) -> Result<(ConnId, ShmQp)> {
         let pdata = check_pdata(private_data, self.dev.attr.max_req_private_data, "REQ")?;
         let conn_id = ConnId(self.dev.next_id());
-        let qp = ShmQp::create(
+        let mut qp = ShmQp::create(
             &self.dev,
             &init.pd.inner,
             init.send_cq.shared(),
@@ -580,6 +582,7 @@ impl CmChannel for ShmCm {
             init.caps,
             conn_id,
         )?;
+        prepare(&mut qp)?;
         let local_ip = if dst.ip().is_unspecified() {
             IpAddr::V4(Ipv4Addr::LOCALHOST)
         } else {
@@ -623,15 +626,16 @@ impl CmChannel for ShmCm {
         Ok((conn_id, qp))
     }
 
-    fn accept(
+    fn accept_prepared(
         &mut self,
         mut request: ShmConnRequest,
         init: &QpInit<'_, Shm>,
         private_data: &[u8],
+        prepare: &mut PrepareQp<'_, Shm>,
     ) -> Result<(ConnId, ShmQp)> {
         let pdata = check_pdata(private_data, self.dev.attr.max_rep_private_data, "REP")?;
         let conn_id = ConnId(self.dev.next_id());
-        let qp = ShmQp::create(
+        let mut qp = ShmQp::create(
             &self.dev,
             &init.pd.inner,
             init.send_cq.shared(),
@@ -639,6 +643,9 @@ impl CmChannel for ShmCm {
             init.caps,
             conn_id,
         )?;
+        // Receives go in before the reply: the peer may send the moment it has it. On an
+        // error the request is dropped, which rejects it.
+        prepare(&mut qp)?;
         let (Some(sock), Some(peer)) = (request.sock.take(), request.peer.take()) else {
             return Err(FabricError::BadState("connection request already answered"));
         };

@@ -48,7 +48,8 @@ use super::track::Track;
 use super::{PrivateDataFormat, Verbs};
 use crate::fabric::error::{FabricError, Result};
 use crate::fabric::traits::{
-    CmChannel, CmEvent, ConnId, ConnRequest, ListenId, PrivateData, QpInit, UnreachableReason,
+    CmChannel, CmEvent, ConnId, ConnRequest, ListenId, PrepareQp, PrivateData, QpInit,
+    UnreachableReason,
 };
 use crate::fabric::types::QpState;
 
@@ -630,11 +631,12 @@ impl CmChannel for VerbsCm {
         self.listeners.get(&id).map(|l| l.addr)
     }
 
-    fn connect(
+    fn connect_prepared(
         &mut self,
         dst: SocketAddr,
         init: &QpInit<'_, Verbs>,
         private_data: &[u8],
+        prepare: &mut PrepareQp<'_, Verbs>,
     ) -> Result<(ConnId, VerbsQp)> {
         let dev = &self.inner.dev;
         let wire = pdata::encode(
@@ -648,7 +650,7 @@ impl CmChannel for VerbsCm {
         let tmp = TempId::resolve(dev, ffi::rdma_port_space::RDMA_PS_TCP, None, dst, conn.0)?;
         check_objects(tmp.verbs(), init)?;
         let id = tmp.migrate(self.inner.ch)?;
-        let qp = match VerbsQp::create(&self.inner, id, init, conn) {
+        let mut qp = match VerbsQp::create(&self.inner, id, init, conn) {
             Ok(q) => q,
             Err(e) => {
                 // SAFETY: the id is live, has no QP and no unacknowledged events.
@@ -657,6 +659,7 @@ impl CmChannel for VerbsCm {
             }
         };
         // From here the queue pair owns the id; dropping it on an error cleans up.
+        prepare(&mut qp)?;
         // SAFETY: the id is live.
         let (local, _) = unsafe { sys::id_addrs(id.0) };
         self.inner.insert(
@@ -681,11 +684,12 @@ impl CmChannel for VerbsCm {
         Ok((conn, qp))
     }
 
-    fn accept(
+    fn accept_prepared(
         &mut self,
         mut request: VerbsConnRequest,
         init: &QpInit<'_, Verbs>,
         private_data: &[u8],
+        prepare: &mut PrepareQp<'_, Verbs>,
     ) -> Result<(ConnId, VerbsQp)> {
         let dev = &self.inner.dev;
         let wire = pdata::encode(
@@ -715,13 +719,21 @@ impl CmChannel for VerbsCm {
         let conn = ConnId(dev.next_id());
         // SAFETY: the id is live; context is ours to set.
         unsafe { (*id.0).context = conn.0 as usize as *mut libc::c_void };
-        let qp = match VerbsQp::create(&self.inner, id, init, conn) {
+        let mut qp = match VerbsQp::create(&self.inner, id, init, conn) {
             Ok(q) => q,
             Err(e) => {
                 request.id = Some(id);
                 return Err(e);
             }
         };
+        // Receives go in before the reply (the QP is in INIT, where posting receives is
+        // allowed): the peer may send the moment it has the reply.
+        if let Err(e) = prepare(&mut qp) {
+            // SAFETY: the id is live and unanswered; the queue pair (which owns the id
+            // now) destroys it when dropped.
+            unsafe { ffi::rdma_reject(id.0, ptr::null(), 0) };
+            return Err(e);
+        }
         self.inner.insert(
             conn,
             ConnEntry {
