@@ -26,11 +26,13 @@ use std::io::{self, Write};
 use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 
+use crate::fabric::{FabricArgs, Test};
 use crate::harness::CpuPair;
 use crate::lcore_perf::{self, LcoreConfig};
 use crate::limit::{self, LimitConfig};
 use crate::pool_perf::{self, MempoolConfig};
 use crate::ring_perf::{self, RingConfig};
+use crate::rstream::RstreamArgs;
 use crate::{PerfError, Report};
 
 /// The whole command line.
@@ -85,6 +87,20 @@ pub enum Command {
     /// Host limits: one-way cache-line hand-off between the two CPUs and single-core memcpy
     /// bandwidth.
     Limit(LimitArgs),
+    /// RDMA WRITE latency, ping-pong as `ib_write_lat` (one way = half the round trip).
+    WriteLat(FabricArgs),
+    /// RDMA WRITE bandwidth as `ib_write_bw`.
+    WriteBw(FabricArgs),
+    /// SEND latency, ping-pong as `ib_send_lat` (one way = half the round trip).
+    SendLat(FabricArgs),
+    /// SEND bandwidth as `ib_send_bw`.
+    SendBw(FabricArgs),
+    /// RDMA READ latency as `ib_read_lat` (a READ is a round trip).
+    ReadLat(FabricArgs),
+    /// RDMA READ bandwidth as `ib_read_bw`.
+    ReadBw(FabricArgs),
+    /// librdmacm's `rstream` over rsockets (or kernel TCP with --tcp / -T s), same table.
+    Rstream(RstreamArgs),
 }
 
 impl Command {
@@ -100,6 +116,13 @@ impl Command {
             Self::Mempool(a) => Box::new(a.run(common)?),
             Self::Lcore(a) => Box::new(a.run(common)?),
             Self::Limit(a) => Box::new(a.run(common)?),
+            Self::WriteLat(a) => Box::new(a.run(Test::WriteLat, common)?),
+            Self::WriteBw(a) => Box::new(a.run(Test::WriteBw, common)?),
+            Self::SendLat(a) => Box::new(a.run(Test::SendLat, common)?),
+            Self::SendBw(a) => Box::new(a.run(Test::SendBw, common)?),
+            Self::ReadLat(a) => Box::new(a.run(Test::ReadLat, common)?),
+            Self::ReadBw(a) => Box::new(a.run(Test::ReadBw, common)?),
+            Self::Rstream(a) => Box::new(a.run(common)?),
         })
     }
 }
@@ -241,7 +264,7 @@ where
         }
     };
     let printed = if cli.common.json {
-        writeln!(out, "{}", report.to_json())
+        report.write_json(out)
     } else {
         report.write_table(out)
     };

@@ -48,6 +48,13 @@ pub enum PerfError {
     /// The lcore measurement failed.
     #[error("lcore measurement failed: {0}")]
     Lcore(#[from] lcore::perf::PerfError),
+    /// A fabric device, connection or transfer failed.
+    #[error("fabric: {0}")]
+    Fabric(String),
+    /// What the command needs is not on this host (no RDMA device, provider not built in);
+    /// the message says how to get it.
+    #[error("{0}")]
+    Unavailable(String),
     /// Memory for a buffer could not be allocated.
     #[error("cannot allocate {bytes} bytes for {what}")]
     Alloc {
@@ -62,7 +69,7 @@ impl PerfError {
     /// The process exit status for this error: 2 for usage errors, 1 otherwise.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::Usage(_) | Self::CpuNotAllowed { .. } => 2,
+            Self::Usage(_) | Self::CpuNotAllowed { .. } | Self::Unavailable(_) => 2,
             _ => 1,
         }
     }

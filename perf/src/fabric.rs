@@ -32,8 +32,9 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use dataplane::fabric::shm::{Shm, ShmConfig, ShmDevice};
 use dataplane::fabric::{
-    CmChannel, CmEvent, Completion, CompletionQueue, ConnRequest, Device, MemoryRegion, Payload, ProtectionDomain,
-    Provider, QpCaps, QpInit, RcQueuePair, RecvWr, RemoteAddr, SendFlags, SendOp, SendWr, WcOpcode,
+    CmChannel, CmEvent, Completion, CompletionQueue, ConnRequest, Device, FabricError,
+    MemoryRegion, Payload, ProtectionDomain, Provider, QpCaps, QpInit, RcQueuePair, RecvWr,
+    RemoteAddr, SendFlags, SendOp, SendWr, WcOpcode,
 };
 use hdrhistogram::Histogram;
 use mempool::memory::{Region, RegionConfig};
@@ -157,9 +158,12 @@ pub struct FabricArgs {
     /// Fabric provider.
     #[arg(long, value_enum, default_value_t = ProviderKind::Shm)]
     pub provider: ProviderKind,
-    /// shm rendezvous directory (default: the provider's).
+    /// shm rendezvous directory (default: the provider's; --pair makes a private one).
     #[arg(long, value_name = "DIR")]
     pub shm_dir: Option<PathBuf>,
+    /// verbs device name, as `ibv_devices` lists it (default: the first).
+    #[arg(short = 'd', long, value_name = "NAME")]
+    pub device: Option<String>,
     /// Pin this process to CPU N (used by --pair for the server child).
     #[arg(long, value_name = "N", hide = true)]
     pub pin: Option<usize>,
@@ -238,10 +242,19 @@ impl Report for FabricReport {
         }
         let rule = "-".repeat(87);
         writeln!(out, "{rule}")?;
-        writeln!(out, "{:>40} (dp-perf, provider {})", self.test.title(), self.provider)?;
+        writeln!(
+            out,
+            "{:>40} (dp-perf, provider {})",
+            self.test.title(),
+            self.provider
+        )?;
         writeln!(out, "{rule}")?;
         if self.test.is_latency() {
-            let what = if self.test == Test::ReadLat { "round trip" } else { "one way (half RTT)" };
+            let what = if self.test == Test::ReadLat {
+                "round trip"
+            } else {
+                "one way (half RTT)"
+            };
             writeln!(out, " latency: {what}")?;
             writeln!(
                 out,
@@ -405,6 +418,8 @@ struct Endpoint<P: Provider> {
     /// Offset of the receive half (latency tests) in `mem`.
     rx_off: usize,
     size: usize,
+    /// A failed completion not yet reported (see [`Endpoint::poll`]).
+    failed: Option<Completion>,
 }
 
 impl<P: Provider> Endpoint<P> {
@@ -412,21 +427,36 @@ impl<P: Provider> Endpoint<P> {
         [self.mr.sge(off, self.size as u32)]
     }
 
+    /// Polls completions; a failed one is an error, but only after the successful ones
+    /// polled with it have been returned: when the peer finishes and disconnects, the last
+    /// messages and the flush of our spare receives can come in one batch, and the caller
+    /// may need only the former.
     fn poll(&mut self, out: &mut [Completion]) -> Result<usize, PerfError> {
-        let n = self.cq.poll(out);
-        for c in &out[..n] {
-            if !c.is_ok() {
-                return Err(fail(format_args!("completion failed: {} (wr_id {})", c.status, c.wr_id)));
-            }
+        if let Some(c) = self.failed.take() {
+            return Err(fail(format_args!(
+                "completion failed: {} (wr_id {})",
+                c.status, c.wr_id
+            )));
         }
-        Ok(n)
+        let n = self.cq.poll(out);
+        match out[..n].iter().position(|c| !c.is_ok()) {
+            Some(i) => {
+                self.failed = Some(out[i]);
+                if i == 0 { self.poll(out) } else { Ok(i) }
+            }
+            None => Ok(n),
+        }
     }
 }
 
 fn buffer<P: Provider>(pd: &P::Pd, size: usize) -> Result<(Arc<Region>, P::Mr, usize), PerfError> {
     let half = size.max(64).next_multiple_of(4096);
-    let mem = Region::new(&RegionConfig::new("dp-perf", 2 * half).shareable(true).quiet())
-        .map_err(|e| fail(format_args!("allocating the test buffer: {e}")))?;
+    let mem = Region::new(
+        &RegionConfig::new("dp-perf", 2 * half)
+            .shareable(true)
+            .quiet(),
+    )
+    .map_err(|e| fail(format_args!("allocating the test buffer: {e}")))?;
     let mem = Arc::new(mem);
     let mr = pd
         .reg_region(&mem, 0, 2 * half, dataplane::fabric::Access::ALL)
@@ -437,7 +467,11 @@ fn buffer<P: Provider>(pd: &P::Pd, size: usize) -> Result<(Arc<Region>, P::Mr, u
 fn caps(test: Test, tx_depth: u32, inline_size: u32, max_inline: u32) -> QpCaps {
     QpCaps {
         max_send_wr: tx_depth.max(16),
-        max_recv_wr: if matches!(test, Test::SendLat | Test::SendBw) { RECV_DEPTH } else { 16 },
+        max_recv_wr: if matches!(test, Test::SendLat | Test::SendBw) {
+            RECV_DEPTH
+        } else {
+            16
+        },
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: inline_size.min(max_inline),
@@ -445,8 +479,11 @@ fn caps(test: Test, tx_depth: u32, inline_size: u32, max_inline: u32) -> QpCaps 
 }
 
 fn wait_event<P: Provider>(cm: &mut P::Cm, what: &str) -> Result<CmEvent<P>, PerfError> {
-    cm.wait_event(Some(TIMEOUT))
-        .ok_or_else(|| fail(format_args!("no connection event within {TIMEOUT:?} while waiting for {what}")))
+    cm.wait_event(Some(TIMEOUT)).ok_or_else(|| {
+        fail(format_args!(
+            "no connection event within {TIMEOUT:?} while waiting for {what}"
+        ))
+    })
 }
 
 // ------------------------------------------------------------------------------------------
@@ -458,22 +495,44 @@ fn sizes(args: &FabricArgs, test: Test, quick: bool) -> Vec<usize> {
         let top = if quick { 12 } else { 23 };
         (1..=top).map(|k| 1usize << k).collect()
     } else {
-        vec![args.size.unwrap_or(if test.is_latency() { 2 } else { 65536 })]
+        vec![
+            args.size
+                .unwrap_or(if test.is_latency() { 2 } else { 65536 }),
+        ]
     }
 }
 
 fn iterations(args: &FabricArgs, test: Test, quick: bool, size: usize) -> u64 {
-    let base = args.iters.unwrap_or(if test.is_latency() { 1000 } else { 5000 });
-    let base = if quick { base.min(200) } else { base };
+    let base = args
+        .iters
+        .unwrap_or(if test.is_latency() { 1000 } else { 5000 });
+    // --quick shortens the default, never an explicit -n.
+    let base = if quick && args.iters.is_none() {
+        base.min(200)
+    } else {
+        base
+    };
     // Keep the largest sweep sizes from taking minutes, as perftest's -a does.
-    if args.iters.is_none() && size > 1 << 20 { (base / 4).max(100) } else { base }
+    if args.iters.is_none() && size > 1 << 20 {
+        (base / 4).max(100)
+    } else {
+        base
+    }
 }
+
+/// A connected client: its CM channel, protection domain, endpoint and the server's buffer.
+type Connected<P> = (
+    <P as Provider>::Cm,
+    <P as Provider>::Pd,
+    Endpoint<P>,
+    RemoteAddr,
+);
 
 fn connect_one<P: Provider>(
     dev: &P::Device,
     addr: SocketAddr,
     req: &mut Req,
-) -> Result<(P::Cm, P::Pd, Endpoint<P>, RemoteAddr), PerfError> {
+) -> Result<Connected<P>, PerfError> {
     let pd = dev.alloc_pd().map_err(fail)?;
     let size = req.size as usize;
     let (mem, mr, half) = buffer::<P>(&pd, size)?;
@@ -481,9 +540,16 @@ fn connect_one<P: Provider>(
         addr: mr.addr(),
         rkey: mr.rkey(),
     };
-    let cq = dev.create_cq(RECV_DEPTH + req.tx_depth.max(16) + 64).map_err(fail)?;
+    let cq = dev
+        .create_cq(RECV_DEPTH + req.tx_depth.max(16) + 64)
+        .map_err(fail)?;
     let mut cm = dev.create_cm_channel().map_err(fail)?;
-    let caps = caps(req.test, req.tx_depth, req.inline_size, dev.attr().max_inline_data);
+    let caps = caps(
+        req.test,
+        req.tx_depth,
+        req.inline_size,
+        dev.attr().max_inline_data,
+    );
     let deadline = Instant::now() + TIMEOUT;
     loop {
         let init = QpInit {
@@ -495,8 +561,9 @@ fn connect_one<P: Provider>(
         let (_conn, qp) = cm.connect(addr, &init, &req.encode()).map_err(fail)?;
         match wait_event::<P>(&mut cm, "the server's answer")? {
             CmEvent::Established { private_data, .. } => {
-                let peer = decode_buf(private_data.as_bytes())
-                    .ok_or_else(|| fail("the server's accept did not carry a dp-perf buffer description"))?;
+                let peer = decode_buf(private_data.as_bytes()).ok_or_else(|| {
+                    fail("the server's accept did not carry a dp-perf buffer description")
+                })?;
                 let mut ep = Endpoint {
                     cq,
                     qp,
@@ -504,6 +571,7 @@ fn connect_one<P: Provider>(
                     mr,
                     rx_off: half,
                     size,
+                    failed: None,
                 };
                 post_initial_recvs(&mut ep, req.test)?;
                 return Ok((cm, pd, ep, peer));
@@ -518,33 +586,58 @@ fn connect_one<P: Provider>(
 }
 
 fn post_initial_recvs<P: Provider>(ep: &mut Endpoint<P>, test: Test) -> Result<(), PerfError> {
+    let s = ep.sge(ep.rx_off);
+    post_recvs::<P>(&mut ep.qp, &s, test).map_err(|e| fail(format_args!("posting receives: {e}")))
+}
+
+/// The send tests' receives (all into the receive half).
+fn post_recvs<P: Provider>(
+    qp: &mut P::Qp,
+    sgl: &[dataplane::fabric::Sge],
+    test: Test,
+) -> Result<(), FabricError> {
     if matches!(test, Test::SendLat | Test::SendBw) {
         for i in 0..u64::from(RECV_DEPTH) {
-            let s = ep.sge(ep.rx_off);
-            ep.qp
-                .post_recv(&[RecvWr { wr_id: i, sgl: &s }])
-                .map_err(|e| fail(format_args!("posting receives: {e}")))?;
+            qp.post_recv(&[RecvWr { wr_id: i, sgl }]).map_err(|e| {
+                FabricError::InvalidArgument {
+                    what: "receive work request",
+                    why: e.to_string(),
+                }
+            })?;
         }
     }
     Ok(())
 }
 
 fn lat_row(size: usize, samples: &[u64], halve: bool) -> Result<LatRow, PerfError> {
+    let div = if halve { 2.0 } else { 1.0 };
     let mut h = Histogram::<u64>::new(3).map_err(fail)?;
     for s in samples {
-        h.saturating_record(if halve { s / 2 } else { *s });
+        // `record` resizes; `saturating_record` would clamp outliers (see harness::stats).
+        h.record(if halve { s / 2 } else { *s }).map_err(fail)?;
     }
-    let f = |v: u64| v as f64;
+    // Extremes, mean and deviation exactly from the samples; percentiles from the histogram
+    // (3 significant digits).
+    let n = samples.len().max(1) as f64;
+    let min = samples.iter().copied().min().unwrap_or(0) as f64 / div;
+    let max = samples.iter().copied().max().unwrap_or(0) as f64 / div;
+    let mean = samples.iter().map(|&s| s as f64 / div).sum::<f64>() / n;
+    let var = samples
+        .iter()
+        .map(|&s| (s as f64 / div - mean).powi(2))
+        .sum::<f64>()
+        / n;
+    let q = |p: f64| h.value_at_quantile(p) as f64;
     Ok(LatRow {
         size,
         iters: samples.len() as u64,
-        min_ns: f(h.min()),
-        max_ns: f(h.max()),
-        p50_ns: f(h.value_at_quantile(0.5)),
-        mean_ns: h.mean(),
-        stdev_ns: h.stdev(),
-        p99_ns: f(h.value_at_quantile(0.99)),
-        p999_ns: f(h.value_at_quantile(0.999)),
+        min_ns: min,
+        max_ns: max,
+        p50_ns: q(0.5),
+        mean_ns: mean,
+        stdev_ns: var.sqrt(),
+        p99_ns: q(0.99),
+        p999_ns: q(0.999),
     })
 }
 
@@ -595,7 +688,11 @@ fn client_one<P: Provider>(
                     wr_id: i,
                     op: wr_op,
                     payload,
-                    flags: if signal { SendFlags::SIGNALED } else { SendFlags::NONE },
+                    flags: if signal {
+                        SendFlags::SIGNALED
+                    } else {
+                        SendFlags::NONE
+                    },
                 };
                 while ep.qp.post_send(&[wr]).is_err() {
                     let k = ep.poll(&mut out)?;
@@ -654,19 +751,25 @@ fn client_one<P: Provider>(
             }
             (Some(lat_row(size, &samples, false)?), None)
         }
-        Test::WriteBw | Test::SendBw | Test::ReadBw => (None, Some(stream(&mut ep, &req, peer, timer)?)),
+        Test::WriteBw | Test::SendBw | Test::ReadBw => {
+            (None, Some(stream(&mut ep, &req, peer, timer)?))
+        }
     };
     cm.disconnect(ep.qp.conn_id()).map_err(fail)?;
     Ok(result)
 }
 
 /// The streaming loop of the bandwidth tests.
-fn stream<P: Provider>(ep: &mut Endpoint<P>, req: &Req, peer: RemoteAddr, timer: &Timer) -> Result<BwRow, PerfError> {
+fn stream<P: Provider>(
+    ep: &mut Endpoint<P>,
+    req: &Req,
+    peer: RemoteAddr,
+    timer: &Timer,
+) -> Result<BwRow, PerfError> {
     let n = req.iters;
     let size = req.size as usize;
     let depth = u64::from(req.tx_depth);
     let cq_mod = (depth / 2).clamp(1, 100);
-    let window = (n / 20).max(depth).max(cq_mod);
     let sge = ep.sge(0);
     let op = match req.test {
         Test::WriteBw => SendOp::Write(peer),
@@ -675,10 +778,12 @@ fn stream<P: Provider>(ep: &mut Endpoint<P>, req: &Req, peer: RemoteAddr, timer:
     };
     let mut out = [Completion::default(); 64];
     let (mut posted, mut completed) = (0u64, 0u64);
-    // (requests completed, time) at each signalled completion, for the peak window.
-    let mut marks: Vec<(u64, u64)> = Vec::with_capacity((n / cq_mod + 2) as usize);
+    // For perftest's BW peak: when each batch of cq_mod requests started to be posted, and
+    // when each signalled completion (the end of a batch) was polled.
+    let batches = (n / cq_mod + 2) as usize;
+    let mut posted_at: Vec<u64> = Vec::with_capacity(batches);
+    let mut completed_at: Vec<(u64, u64)> = Vec::with_capacity(batches);
     let start = timer.now_ns();
-    marks.push((0, start));
     let guard = Instant::now();
     while completed < n {
         while posted < n && posted - completed < depth {
@@ -687,9 +792,19 @@ fn stream<P: Provider>(ep: &mut Endpoint<P>, req: &Req, peer: RemoteAddr, timer:
                 wr_id: posted,
                 op,
                 payload: Payload::Sgl(&sge),
-                flags: if signal { SendFlags::SIGNALED } else { SendFlags::NONE },
+                flags: if signal {
+                    SendFlags::SIGNALED
+                } else {
+                    SendFlags::NONE
+                },
             };
+            if posted % cq_mod == 0 {
+                posted_at.push(timer.now_ns());
+            }
             if ep.qp.post_send(&[wr]).is_err() {
+                if posted % cq_mod == 0 {
+                    posted_at.pop();
+                }
                 break;
             }
             posted += 1;
@@ -700,26 +815,34 @@ fn stream<P: Provider>(ep: &mut Endpoint<P>, req: &Req, peer: RemoteAddr, timer:
                 continue;
             }
             completed = (c.wr_id + 1).max(completed);
-            marks.push((completed, timer.now_ns()));
+            completed_at.push((c.wr_id, timer.now_ns()));
         }
         if guard.elapsed() > TIMEOUT * 4 {
-            return Err(fail(format_args!("bandwidth run stalled at {completed}/{n}")));
+            return Err(fail(format_args!(
+                "bandwidth run stalled at {completed}/{n}"
+            )));
         }
     }
     let end = timer.now_ns();
     let secs = (end - start) as f64 / 1e9;
     let bits = |msgs: u64| msgs as f64 * size as f64 * 8.0;
-    let mut peak = 0f64;
-    let mut j = 0;
-    for i in 1..marks.len() {
-        while j + 1 < i && marks[i].0 - marks[j + 1].0 >= window {
-            j += 1;
-        }
-        let (dm, dt) = (marks[i].0 - marks[j].0, marks[i].1.saturating_sub(marks[j].1));
-        if dm >= window && dt > 0 {
-            peak = peak.max(bits(dm) / (dt as f64 / 1e9) / 1e9);
+    // perftest's peak: the smallest time per request from posting request i to polling the
+    // completion of a later request j, over every batch start i and signalled j >= i.
+    let mut best_per_msg = f64::INFINITY;
+    for (b, &tp) in posted_at.iter().enumerate() {
+        let i = b as u64 * cq_mod;
+        for &(j, tc) in completed_at.iter().filter(|(j, _)| *j >= i) {
+            let per = tc.saturating_sub(tp) as f64 / (j - i + 1) as f64;
+            if per > 0.0 && per < best_per_msg {
+                best_per_msg = per;
+            }
         }
     }
+    let peak = if best_per_msg.is_finite() {
+        bits(1) / best_per_msg
+    } else {
+        0.0
+    };
     let gbps = bits(n) / secs / 1e9;
     Ok(BwRow {
         size,
@@ -753,8 +876,15 @@ fn serve<P: Provider>(dev: &P::Device, bind: SocketAddr) -> Result<u64, PerfErro
         let pd = dev.alloc_pd().map_err(fail)?;
         let size = req.size as usize;
         let (mem, mr, half) = buffer::<P>(&pd, size)?;
-        let cq = dev.create_cq(RECV_DEPTH + req.tx_depth.max(16) + 64).map_err(fail)?;
-        let caps = caps(req.test, req.tx_depth, req.inline_size, dev.attr().max_inline_data);
+        let cq = dev
+            .create_cq(RECV_DEPTH + req.tx_depth.max(16) + 64)
+            .map_err(fail)?;
+        let caps = caps(
+            req.test,
+            req.tx_depth,
+            req.inline_size,
+            dev.attr().max_inline_data,
+        );
         let init = QpInit {
             pd: &pd,
             send_cq: &cq,
@@ -765,7 +895,13 @@ fn serve<P: Provider>(dev: &P::Device, bind: SocketAddr) -> Result<u64, PerfErro
             addr: mr.addr(),
             rkey: mr.rkey(),
         };
-        let (conn, qp) = cm.accept(request, &init, &encode_buf(mine)).map_err(fail)?;
+        // Receives go in before the reply: the client may send the moment it has it.
+        let rx = [mr.sge(half, size as u32)];
+        let (conn, qp) = cm
+            .accept_prepared(request, &init, &encode_buf(mine), &mut |qp| {
+                post_recvs::<P>(qp, &rx, req.test)
+            })
+            .map_err(fail)?;
         let mut ep = Endpoint::<P> {
             cq,
             qp,
@@ -773,8 +909,8 @@ fn serve<P: Provider>(dev: &P::Device, bind: SocketAddr) -> Result<u64, PerfErro
             mr,
             rx_off: half,
             size,
+            failed: None,
         };
-        post_initial_recvs(&mut ep, req.test)?;
         serve_one(&mut ep, &req, &mut cm)?;
         let _ = cm.disconnect(conn);
         served += 1;
@@ -784,7 +920,11 @@ fn serve<P: Provider>(dev: &P::Device, bind: SocketAddr) -> Result<u64, PerfErro
     }
 }
 
-fn serve_one<P: Provider>(ep: &mut Endpoint<P>, req: &Req, cm: &mut P::Cm) -> Result<(), PerfError> {
+fn serve_one<P: Provider>(
+    ep: &mut Endpoint<P>,
+    req: &Req,
+    cm: &mut P::Cm,
+) -> Result<(), PerfError> {
     let size = req.size as usize;
     let mut out = [Completion::default(); 64];
     let inline = size <= req.inline_size as usize;
@@ -843,7 +983,11 @@ fn serve_one<P: Provider>(ep: &mut Endpoint<P>, req: &Req, cm: &mut P::Cm) -> Re
                     wr_id: i,
                     op,
                     payload,
-                    flags: if i % 16 == 15 { SendFlags::SIGNALED } else { SendFlags::NONE },
+                    flags: if i % 16 == 15 {
+                        SendFlags::SIGNALED
+                    } else {
+                        SendFlags::NONE
+                    },
                 };
                 while ep.qp.post_send(&[wr]).is_err() {
                     let _ = ep.poll(&mut out)?;
@@ -900,106 +1044,195 @@ fn parse_addr(s: &str, port: u16) -> Result<SocketAddr, PerfError> {
     }
     s.parse::<IpAddr>()
         .map(|ip| SocketAddr::new(ip, port))
-        .map_err(|_| PerfError::Usage(format!("--client {s:?} is not an address: use ip or ip:port (numeric)")))
+        .map_err(|_| {
+            PerfError::Usage(format!(
+                "--client {s:?} is not an address: use ip or ip:port (numeric)"
+            ))
+        })
 }
 
-fn spawn_server(args: &FabricArgs, test: Test, cpu: usize, dir: &PathBuf) -> Result<Child, PerfError> {
+fn spawn_server(
+    args: &FabricArgs,
+    test: Test,
+    cpu: usize,
+    bind: IpAddr,
+    dir: Option<&PathBuf>,
+) -> Result<Child, PerfError> {
     let exe = std::env::current_exe().map_err(|e| fail(format_args!("finding dp-perf: {e}")))?;
-    ProcCommand::new(exe)
-        .args([
-            test.name(),
-            "--server",
-            "--port",
-            &args.port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--pin",
-            &cpu.to_string(),
-            "--shm-dir",
-        ])
-        .arg(dir)
-        .stdin(Stdio::null())
+    let mut cmd = ProcCommand::new(exe);
+    cmd.args([
+        test.name(),
+        "--server",
+        "--port",
+        &args.port.to_string(),
+        "--bind",
+        &bind.to_string(),
+        "--pin",
+        &cpu.to_string(),
+        "--provider",
+        args.provider.name(),
+    ]);
+    if let Some(d) = dir {
+        cmd.arg("--shm-dir").arg(d);
+    }
+    if let Some(d) = &args.device {
+        cmd.args(["--device", d]);
+    }
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
         .map_err(|e| fail(format_args!("starting the server process: {e}")))
 }
 
-fn open_shm(args: &FabricArgs) -> Result<ShmDevice, PerfError> {
-    ShmDevice::open(ShmConfig {
-        dir: args.shm_dir.clone(),
-        ..ShmConfig::default()
-    })
-    .map_err(fail)
+impl ProviderKind {
+    /// The `--provider` value.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Shm => "shm",
+            Self::Verbs => "verbs",
+        }
+    }
 }
+
+/// Maps a device-open failure: no device or a provider not built in is a usage problem
+/// (status 2, the message says how to get one); anything else is a fabric failure.
+pub(crate) fn open_err(e: FabricError) -> PerfError {
+    use FabricError as F;
+    match e {
+        F::NoDevice { .. } | F::ProviderNotBuilt { .. } => PerfError::Unavailable(e.to_string()),
+        e => fail(e),
+    }
+}
+
+/// Opens the verbs device named by `--device` (or the first one).
+#[cfg(feature = "verbs")]
+pub(crate) fn open_verbs(
+    device: Option<&str>,
+) -> Result<dataplane::fabric::verbs::VerbsDevice, PerfError> {
+    dataplane::fabric::verbs::VerbsDevice::open(device).map_err(open_err)
+}
+
+/// Without the `verbs` feature: the error that says how to get it.
+#[cfg(not(feature = "verbs"))]
+pub(crate) fn open_verbs(_device: Option<&str>) -> Result<std::convert::Infallible, PerfError> {
+    Err(open_err(FabricError::ProviderNotBuilt {
+        provider: "verbs",
+        feature: "verbs",
+    }))
+}
+
+/// A private shm rendezvous directory for `--pair`, so concurrent pair runs cannot collide.
+pub(crate) fn pair_dir(given: Option<&PathBuf>, what: &str) -> PathBuf {
+    given
+        .cloned()
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("{what}-{}", std::process::id())))
+}
+
+/// The address a verbs `--pair` server binds and the client connects to: the device's first
+/// IPv4 address (RDMA CM cannot route loopback to a device).
+#[cfg(feature = "verbs")]
+pub(crate) fn verbs_pair_ip(
+    dev: &dataplane::fabric::verbs::VerbsDevice,
+) -> Result<IpAddr, PerfError> {
+    dev.ip_addrs()
+        .map_err(fail)?
+        .into_iter()
+        .find(IpAddr::is_ipv4)
+        .ok_or_else(|| {
+            PerfError::Unavailable(format!(
+                "RDMA device {} has no IPv4 address: give its netdev one (ip addr add ...), \
+                 or run --server and --client by hand",
+                dev.name()
+            ))
+        })
+}
+
+/// The shm `--pair` address: loopback.
+pub(crate) const SHM_PAIR_IP: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
 impl FabricArgs {
     /// Runs `test` with these options.
     ///
     /// # Errors
     ///
-    /// Usage errors (status 2) for bad combinations; fabric errors otherwise.
+    /// Usage errors (status 2) for bad combinations or a missing device; fabric errors
+    /// otherwise.
     pub fn run(&self, test: Test, common: &Common) -> Result<FabricReport, PerfError> {
-        if self.provider == ProviderKind::Verbs {
+        if !self.server && !self.pair && self.client.is_none() {
             return Err(PerfError::Usage(
-                dataplane::fabric::FabricError::ProviderNotBuilt {
-                    provider: "verbs",
-                    feature: "verbs",
-                }
-                .to_string(),
+                "say where to run: --server, --client ADDR, or --pair".into(),
             ));
         }
         if let Some(cpu) = self.pin {
             pin_current(cpu)?;
         }
+        match self.provider {
+            ProviderKind::Shm => {
+                let dir = if self.pair {
+                    Some(pair_dir(self.shm_dir.as_ref(), "dp-perf"))
+                } else {
+                    self.shm_dir.clone()
+                };
+                let dev = ShmDevice::open(ShmConfig {
+                    dir: dir.clone(),
+                    ..ShmConfig::default()
+                })
+                .map_err(open_err)?;
+                self.run_on::<Shm>(&dev, test, common, SHM_PAIR_IP, dir.as_ref())
+            }
+            #[cfg(feature = "verbs")]
+            ProviderKind::Verbs => {
+                let dev = open_verbs(self.device.as_deref())?;
+                let ip = if self.pair {
+                    verbs_pair_ip(&dev)?
+                } else {
+                    self.bind
+                };
+                self.run_on::<dataplane::fabric::verbs::Verbs>(&dev, test, common, ip, None)
+            }
+            #[cfg(not(feature = "verbs"))]
+            ProviderKind::Verbs => match open_verbs(self.device.as_deref())? {},
+        }
+    }
+
+    fn run_on<P: Provider>(
+        &self,
+        dev: &P::Device,
+        test: Test,
+        common: &Common,
+        pair_ip: IpAddr,
+        dir: Option<&PathBuf>,
+    ) -> Result<FabricReport, PerfError> {
         let timer = Timer::new();
-        let dev = open_shm(self)?;
         let mut report = FabricReport {
             test,
-            provider: Shm::NAME,
+            provider: P::NAME,
             lat: Vec::new(),
             bw: Vec::new(),
             served: None,
         };
         if self.server {
-            let served = serve::<Shm>(&dev, SocketAddr::new(self.bind, self.port))?;
+            let served = serve::<P>(dev, SocketAddr::new(self.bind, self.port))?;
             report.served = Some(served);
             return Ok(report);
         }
-        let (addr, mut child, _dir) = if self.pair {
+        let (addr, mut child) = if self.pair {
             let [client_cpu, server_cpu] = common.cpus.as_array();
-            // A private rendezvous directory, so concurrent pair runs cannot collide.
-            let dir = self.shm_dir.clone().unwrap_or_else(|| {
-                std::env::temp_dir().join(format!("dp-perf-{}", std::process::id()))
-            });
-            let child = spawn_server(self, test, server_cpu, &dir)?;
+            let child = spawn_server(self, test, server_cpu, pair_ip, dir)?;
             pin_current(client_cpu)?;
-            (SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), self.port), Some(child), Some(dir))
+            (SocketAddr::new(pair_ip, self.port), Some(child))
         } else {
-            let Some(c) = &self.client else {
-                return Err(PerfError::Usage(
-                    "say where to run: --server, --client ADDR, or --pair".into(),
-                ));
-            };
-            (parse_addr(c, self.port)?, None, None)
-        };
-        let dev = if let Some(d) = &_dir {
-            ShmDevice::open(ShmConfig {
-                dir: Some(d.clone()),
-                ..ShmConfig::default()
-            })
-            .map_err(fail)?
-        } else {
-            dev
+            let c = self.client.as_deref().unwrap_or_default();
+            (parse_addr(c, self.port)?, None)
         };
         let sizes = sizes(self, test, common.quick);
         let count = sizes.len();
         let result = (|| {
             for (k, &size) in sizes.iter().enumerate() {
-                let size32 = u32::try_from(size)
-                    .ok()
-                    .filter(|s| *s > 0)
-                    .ok_or_else(|| PerfError::Usage(format!("--size {size} must be between 1 and 2^31")))?;
+                let size32 = u32::try_from(size).ok().filter(|s| *s > 0).ok_or_else(|| {
+                    PerfError::Usage(format!("--size {size} must be between 1 and 2^31"))
+                })?;
                 let req = Req {
                     test,
                     last: k + 1 == count,
@@ -1009,7 +1242,7 @@ impl FabricArgs {
                     inline_size: self.inline_size,
                     buf: RemoteAddr::default(),
                 };
-                let (lat, bw) = client_one::<Shm>(&dev, addr, req, &timer)?;
+                let (lat, bw) = client_one::<P>(dev, addr, req, &timer)?;
                 report.lat.extend(lat);
                 report.bw.extend(bw);
             }
@@ -1038,7 +1271,10 @@ mod tests {
             iters: 77,
             tx_depth: 64,
             inline_size: 220,
-            buf: RemoteAddr { addr: 0xABCD, rkey: 9 },
+            buf: RemoteAddr {
+                addr: 0xABCD,
+                rkey: 9,
+            },
         };
         assert_eq!(Req::decode(&r.encode()), Some(r));
         assert_eq!(Req::decode(&[0u8; 40]), None);

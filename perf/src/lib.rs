@@ -10,6 +10,8 @@
 //! | `dp-perf mempool` | [`pool_perf`] | `mempool_perf_autotest` |
 //! | `dp-perf lcore` | [`lcore_perf`] | SPDK/DPDK poller and message costs |
 //! | `dp-perf limit` | [`limit`] | the host: cache-line hand-off, memcpy |
+//! | `dp-perf write-lat`, `write-bw`, `send-lat`, `send-bw`, `read-lat`, `read-bw` | [`fabric`] | perftest (`ib_write_lat`, ...) |
+//! | `dp-perf rstream` | [`rstream`] | librdmacm's `rstream`, kernel TCP |
 //!
 //! # Rules every measurement follows
 //!
@@ -23,16 +25,19 @@
 //! - Every Gb/s counts payload bytes only, times 8, over 10^9.
 //!
 //! Results are plain structs implementing [`Report`]: `to_json` for `--json` (one object per
-//! command, keyed by the command name) and `write_table` for humans. The CLI is in [`cli`].
+//! command, keyed by the command name; the fabric tests print one object per size and line)
+//! and `write_table` for humans. The CLI is in [`cli`].
 
 pub mod cli;
 mod error;
+pub mod fabric;
 pub mod harness;
 pub mod lcore_perf;
 pub mod limit;
 pub mod pool_perf;
 mod report;
 pub mod ring_perf;
+pub mod rstream;
 
 pub use error::PerfError;
 pub use report::Report;

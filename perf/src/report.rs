@@ -12,6 +12,16 @@ pub trait Report {
     /// (`{"ring": ...}`), so outputs of several commands can be merged.
     fn to_json(&self) -> serde_json::Value;
 
+    /// Prints the `--json` output: by default [`to_json`](Self::to_json) on one line.
+    /// Reports with one record per measured size print one object per line instead.
+    ///
+    /// # Errors
+    ///
+    /// Errors of `out`.
+    fn write_json(&self, out: &mut dyn io::Write) -> io::Result<()> {
+        writeln!(out, "{}", self.to_json())
+    }
+
     /// The table printed without `--json`.
     ///
     /// # Errors

@@ -28,10 +28,12 @@ pub struct Summary {
 impl Summary {
     /// Summarises `samples`, or returns `None` if there are none.
     pub fn from_samples(samples: impl IntoIterator<Item = u64>) -> Option<Self> {
-        // 3 significant digits, auto-resizing: cannot fail.
+        // 3 significant digits, auto-resizing. `record`, not `saturating_record`: the latter
+        // never resizes and clamps anything past the initial range (about 2 µs) to its
+        // lowest value, which would turn outliers into 2 ns samples.
         let mut h = Histogram::<u64>::new(3).ok()?;
         for s in samples {
-            h.saturating_record(s);
+            h.record(s).ok()?;
         }
         Self::from_histogram(&h)
     }
