@@ -1,8 +1,16 @@
 //! `dpctl`: run and inspect dataplane pipelines.
 
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use apps::config::Config;
+use apps::demo::{self, DemoOptions};
+use apps::run::{self, ProgressOut, RunOptions};
+use apps::telemetry::{self, Client};
+use clap::{Parser, Subcommand, ValueEnum};
+use lcore::PollMode;
 
 /// Run and inspect dataplane pipelines.
 #[derive(Debug, Parser)]
@@ -12,11 +20,93 @@ struct Cli {
     command: Command,
 }
 
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Mode {
+    /// Spin on idle (dedicated cores).
+    Busy,
+    /// Spin 50 us on idle, then sleep 50 us (shared or small machines).
+    Hybrid,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Print the preflight report: cores, hugepages, memlock, shm rendezvous directory, and
-    /// what to fix. Exits 1 if something must be fixed before running.
+    /// Print the preflight report: cores, hugepages, memlock, RDMA devices, shm rendezvous
+    /// directory, and what to fix. Exits 1 if something must be fixed before running.
     Check,
+    /// Run a pipeline file (see apps/configs/). Without FILE, run the built-in market-data
+    /// demo: a feed fanned out over rsockets to consumers in a second process.
+    Run {
+        /// The pipeline file (TOML).
+        file: Option<PathBuf>,
+        /// Stop after this long: `10`, `2.5s`, `500ms`, `1m` (the demo defaults to 5s).
+        #[arg(long, value_parser = parse_duration)]
+        duration: Option<Duration>,
+        /// Print the summary as JSON on stdout (progress lines go to stderr).
+        #[arg(long)]
+        json: bool,
+        /// No progress lines.
+        #[arg(long, short)]
+        quiet: bool,
+        /// Override the file's `[eal] mode`.
+        #[arg(long, value_enum)]
+        mode: Option<Mode>,
+        /// Do not serve the telemetry socket.
+        #[arg(long)]
+        no_telemetry: bool,
+    },
+    /// Print the per-lcore and per-stage counters of a running pipeline, read from its
+    /// telemetry socket as JSON.
+    Stats {
+        /// The command to send: /stats (default), /lcores, /stages, /stage,NAME, /progress,
+        /// /info, /help,CMD, or / for the list.
+        command: Option<String>,
+        /// The pipeline's pid (needed when several run).
+        #[arg(long, conflicts_with = "socket")]
+        pid: Option<u32>,
+        /// The telemetry socket path.
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        /// Where to look for sockets (default: the shm rendezvous directory).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// The demo's consumer process (started by `dpctl run` without a file).
+    #[command(hide = true)]
+    DemoConsumers {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        cpu: usize,
+        #[arg(long)]
+        guard_secs: u64,
+    },
+}
+
+/// `10`, `10s`, `2.5s`, `500ms`, `1m`.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (s, 1.0)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration; write 10, 2.5s, 500ms or 1m"))?;
+    if !(v.is_finite() && v > 0.0) {
+        return Err(format!("`{s}` must be a positive duration"));
+    }
+    Ok(Duration::from_secs_f64(v * mult))
+}
+
+fn fail(msg: impl std::fmt::Display, code: u8) -> ExitCode {
+    eprintln!("dpctl: {msg}");
+    ExitCode::from(code)
 }
 
 fn main() -> ExitCode {
@@ -31,5 +121,225 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
         }
+        Command::Run {
+            file,
+            duration,
+            json,
+            quiet,
+            mode,
+            no_telemetry,
+        } => {
+            let progress = match (quiet, json) {
+                (true, _) => ProgressOut::Off,
+                (false, true) => ProgressOut::Stderr,
+                (false, false) => ProgressOut::Stdout,
+            };
+            let mode = mode.map(|m| match m {
+                Mode::Busy => PollMode::Busy,
+                Mode::Hybrid => PollMode::hybrid_default(),
+            });
+            match file {
+                Some(f) => run_file(&f, duration, json, progress, mode, !no_telemetry),
+                None => run_demo(duration, json, progress),
+            }
+        }
+        Command::Stats {
+            command,
+            pid,
+            socket,
+            dir,
+        } => stats(command.as_deref().unwrap_or("/stats"), pid, socket, dir),
+        Command::DemoConsumers {
+            dir,
+            cpu,
+            guard_secs,
+        } => match demo::run_consumers(&dir, cpu, Duration::from_secs(guard_secs)) {
+            Ok(s) if s.ok() => ExitCode::SUCCESS,
+            Ok(_) => ExitCode::FAILURE,
+            Err(e) => fail(e, 2),
+        },
+    }
+}
+
+fn say(progress: ProgressOut, line: &str) {
+    match progress {
+        ProgressOut::Stdout => println!("{line}"),
+        ProgressOut::Stderr => eprintln!("{line}"),
+        ProgressOut::Off => {}
+    }
+}
+
+fn run_file(
+    file: &Path,
+    duration: Option<Duration>,
+    json: bool,
+    progress: ProgressOut,
+    mode: Option<PollMode>,
+    telemetry: bool,
+) -> ExitCode {
+    let cfg = match Config::from_file(file) {
+        Ok(c) => c,
+        Err(e) => return fail(e, 2),
+    };
+    let mode_text = match mode.unwrap_or(cfg.eal.mode) {
+        PollMode::Busy => "busy".to_owned(),
+        PollMode::Hybrid { spin, sleep } => format!("hybrid (spin {spin:?}, sleep {sleep:?})"),
+    };
+    let placement: Vec<String> = cfg
+        .used_cpus()
+        .into_iter()
+        .map(|cpu| {
+            let names: Vec<&str> = cfg.stages_on(cpu).map(|s| s.name.as_str()).collect();
+            format!("cpu{cpu} [{}]", names.join(", "))
+        })
+        .collect();
+    say(
+        progress,
+        &format!(
+            "dpctl: running {} on {}; mode {mode_text}{}",
+            cfg.source,
+            placement.join(" "),
+            duration.map_or_else(
+                || "; Ctrl-C stops".to_owned(),
+                |d| format!("; stopping after {d:?}")
+            )
+        ),
+    );
+    let opts = RunOptions {
+        duration,
+        progress,
+        signals: true,
+        telemetry,
+        mode,
+        on_ready: Some(Box::new(move |info: &run::ReadyInfo| {
+            if let Some(p) = &info.telemetry {
+                say(
+                    progress,
+                    &format!(
+                        "dpctl: telemetry on {} (dpctl stats --pid {})",
+                        p.display(),
+                        std::process::id()
+                    ),
+                );
+            }
+        })),
+        ..RunOptions::default()
+    };
+    let summary = match run::run(&cfg, opts) {
+        Ok(s) => s,
+        Err(e) => return fail(e, 2),
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&summary).unwrap_or_default()
+        );
+    } else {
+        print!("{}", summary.render());
+    }
+    let _ = std::io::stdout().flush();
+    if summary.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn run_demo(duration: Option<Duration>, json: bool, progress: ProgressOut) -> ExitCode {
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            return fail(
+                format!("cannot find my own executable to start the consumers: {e}"),
+                2,
+            );
+        }
+    };
+    let duration = duration.unwrap_or(demo::DEFAULT_DURATION);
+    say(
+        progress,
+        &format!(
+            "dpctl demo: market-data feed -> 4 consumers in a second process over rsocket, for {duration:?} \
+             (run a pipeline file with `dpctl run FILE`; examples in apps/configs/)"
+        ),
+    );
+    match demo::run_demo(&DemoOptions {
+        duration,
+        progress,
+        exe,
+    }) {
+        Ok(r) => {
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&r.json()).unwrap_or_default()
+                );
+            } else {
+                print!("{}", r.render());
+            }
+            if r.ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => fail(e, 2),
+    }
+}
+
+fn stats(cmd: &str, pid: Option<u32>, socket: Option<PathBuf>, dir: Option<PathBuf>) -> ExitCode {
+    let dir = dir.unwrap_or_else(|| run::telemetry_dir(None));
+    let path = match (socket, pid) {
+        (Some(s), _) => s,
+        (None, Some(p)) => telemetry::socket_path(&dir, p),
+        (None, None) => {
+            let found = telemetry::find_sockets(&dir);
+            match found.as_slice() {
+                [(_, p)] => p.clone(),
+                [] => {
+                    return fail(
+                        format!(
+                            "no running pipeline has a telemetry socket in {}; start one with \
+                             `dpctl run FILE`, or pass --socket PATH or --dir DIR",
+                            dir.display()
+                        ),
+                        1,
+                    );
+                }
+                many => {
+                    let pids: Vec<String> = many.iter().map(|(p, _)| p.to_string()).collect();
+                    return fail(
+                        format!(
+                            "several pipelines are running (pids {}); pick one with --pid",
+                            pids.join(", ")
+                        ),
+                        1,
+                    );
+                }
+            }
+        }
+    };
+    let mut c = match Client::connect(&path) {
+        Ok(c) => c,
+        Err(e) => {
+            return fail(
+                format!(
+                    "cannot connect to {}: {e}; is the pipeline running?",
+                    path.display()
+                ),
+                1,
+            );
+        }
+    };
+    match c.query(cmd) {
+        Ok(v) => {
+            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            if v.get("error").is_some() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => fail(format!("querying {}: {e}", path.display()), 1),
     }
 }

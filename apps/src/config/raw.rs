@@ -1,0 +1,176 @@
+//! The file format as serde sees it: one struct per section, unknown keys denied. Values
+//! that later checks refer to are [`Spanned`] so those checks can name their line.
+//! [`super::parse`] turns these into the validated types of [`super`].
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// `[eal]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEal {
+    pub cores: Spanned<String>,
+    pub main: Option<Spanned<usize>>,
+    #[serde(default)]
+    pub mode: RawMode,
+    pub spin_us: Option<u64>,
+    pub sleep_us: Option<u64>,
+    pub drain_timeout_ms: Option<Spanned<u64>>,
+}
+
+#[derive(Debug, Default, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum RawMode {
+    Busy,
+    #[default]
+    Hybrid,
+}
+
+/// `[memory]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMemory {
+    #[serde(default)]
+    pub hugepages: RawHuge,
+}
+
+#[derive(Debug, Default, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum RawHuge {
+    #[default]
+    Auto,
+    Never,
+    Require,
+}
+
+/// `[pool.NAME]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPool {
+    pub obj_size: Spanned<usize>,
+    pub count: Spanned<u32>,
+    pub cache: Option<u32>,
+}
+
+/// `[fabric]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFabric {
+    pub provider: Spanned<RawProvider>,
+    pub dir: Option<String>,
+    pub bounce_bytes: Option<Spanned<u32>>,
+    pub device: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum RawProvider {
+    Shm,
+    Verbs,
+}
+
+/// `[ring.NAME]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRing {
+    pub capacity: Option<Spanned<usize>>,
+}
+
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum RawOnFull {
+    Wait,
+    Drop,
+}
+
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum RawPattern {
+    Zeros,
+    Counter,
+    Random,
+    Ticks,
+}
+
+/// `kind = "generator"` (the `kind` key is taken out before deserializing).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawGenerator {
+    pub lcore: Spanned<usize>,
+    pub output: Spanned<String>,
+    pub rate: Option<Spanned<u64>>,
+    pub size: Option<Spanned<u32>>,
+    pub sizes: Option<Spanned<Vec<Spanned<u32>>>>,
+    pub pattern: Option<RawPattern>,
+    pub symbols: Option<Spanned<u32>>,
+    pub pool: Option<Spanned<String>>,
+    pub burst: Option<Spanned<usize>>,
+    pub count: Option<Spanned<u64>>,
+    pub on_full: Option<RawOnFull>,
+}
+
+/// `kind = "forwarder"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawForwarder {
+    pub lcore: Spanned<usize>,
+    pub input: Spanned<String>,
+    pub output: Spanned<String>,
+    pub burst: Option<Spanned<usize>>,
+}
+
+/// `kind = "fanout"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFanout {
+    pub lcore: Spanned<usize>,
+    pub input: Spanned<String>,
+    pub outputs: Spanned<Vec<Spanned<String>>>,
+    pub burst: Option<Spanned<usize>>,
+    pub on_full: Option<RawOnFull>,
+}
+
+/// `kind = "sink"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSink {
+    pub lcore: Spanned<usize>,
+    pub input: Spanned<String>,
+    pub burst: Option<Spanned<usize>>,
+    pub verify: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum RawServerMode {
+    Echo,
+    Sink,
+}
+
+/// `kind = "rsocket_server"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawServer {
+    pub lcore: Spanned<usize>,
+    pub listen: Spanned<String>,
+    pub mode: Option<Spanned<RawServerMode>>,
+    pub output: Option<Spanned<String>>,
+    pub pool: Option<Spanned<String>>,
+    pub connections: Option<Spanned<u32>>,
+    pub verify: Option<bool>,
+    pub burst: Option<Spanned<usize>>,
+}
+
+/// `kind = "rsocket_client"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawClient {
+    pub lcore: Spanned<usize>,
+    pub input: Spanned<String>,
+    pub connect: Spanned<String>,
+    pub echo: Option<bool>,
+    pub output: Option<Spanned<String>>,
+    pub verify: Option<bool>,
+    pub burst: Option<Spanned<usize>>,
+    pub connect_timeout_ms: Option<Spanned<u64>>,
+}
