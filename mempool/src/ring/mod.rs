@@ -19,7 +19,8 @@
 //! 1. **Claim** `n` counters by moving the side's head: compute the room left against the
 //!    opposite side's tail (`capacity + cons_tail - prod_head` free slots for the producer,
 //!    `prod_tail - cons_head` filled slots for the consumer).
-//! 2. **Copy** the elements in or out, as one or two `memcpy`s (two when the run wraps).
+//! 2. **Copy** the elements in or out: an inline loop over the claimed slots, split in two
+//!    when the run wraps at the end of the slot array (no `memcpy` call, see `copy.rs`).
 //! 3. **Publish** by storing the new tail with Release, which hands the slots to the other side.
 //!
 //! Operations come in DPDK's flavours: single element ([`Producer::enqueue`],
@@ -152,6 +153,7 @@
 //! ```
 
 mod consumer;
+pub(crate) mod copy;
 mod error;
 mod headtail;
 mod layout;

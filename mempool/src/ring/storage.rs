@@ -14,11 +14,11 @@ use core::alloc::Layout;
 use core::fmt;
 use core::marker::PhantomData;
 use core::mem::MaybeUninit;
-#[cfg(not(loom))]
-use core::ptr;
 use core::ptr::NonNull;
 use std::sync::Arc;
 
+#[cfg(not(loom))]
+use super::copy::copy_run;
 use super::headtail::Indices;
 use super::layout::{RingHeader, RingLayout};
 use crate::sync::UnsafeCell;
@@ -220,7 +220,10 @@ impl<T> RawRing<T> {
     }
 
     /// Copies `src` into the slots of counters `start .. start + src.len()`, wrapping at the end
-    /// of the slot array: at most two `memcpy`s.
+    /// of the slot array.
+    ///
+    /// The copy is inline ([`copy_run`], no `memcpy` call); a run that wraps is split in two by
+    /// an out-of-line function, since that happens about once per lap of the ring.
     ///
     /// # Safety
     ///
@@ -231,37 +234,62 @@ impl<T> RawRing<T> {
     where
         T: Copy,
     {
-        let cap = self.capacity as usize;
         let idx = (start & self.mask) as usize;
-        let n = src.len();
-        debug_assert!(n <= cap);
-        let first = n.min(cap - idx);
+        debug_assert!(src.len() <= self.capacity as usize);
         #[cfg(not(loom))]
         {
-            // Slot<T> is repr(transparent) over MaybeUninit<T>, itself transparent over T.
-            let base = self.slots.as_ptr().cast::<T>();
-            // SAFETY: slots `idx .. idx + first` are inside the array (`first <= cap - idx`)
-            // and claimed by us, so no other reference (not even a `peek`ed element passed
-            // back in as `src`) points into them: no overlap with `src`.
-            unsafe { ptr::copy_nonoverlapping(src.as_ptr(), base.add(idx), first) };
-            if first < n {
-                // SAFETY: the wrapped part is slots `0 .. n - first`, `n - first <= idx`
-                // because `n <= cap`; claimed by us.
-                unsafe { ptr::copy_nonoverlapping(src.as_ptr().add(first), base, n - first) };
+            if src.len() <= self.capacity as usize - idx {
+                // SAFETY: slots `idx .. idx + len` are inside the array (checked just above)
+                // and claimed by us, so no other reference (not even a `peek`ed element passed
+                // back in as `src`) points into them: no overlap with `src`. Slot<T> is
+                // repr(transparent) over MaybeUninit<T>, itself transparent over T.
+                unsafe { copy_run(src.as_ptr(), self.slot(start).cast::<T>(), src.len()) };
+            } else {
+                // SAFETY: forwarded caller contract; the run wraps (`len > capacity - idx`).
+                unsafe { self.write_wrapped(idx, src) };
             }
         }
         #[cfg(loom)]
-        for (i, v) in src.iter().enumerate() {
-            // Same two-part split as the memcpy path, element by element so loom sees each
-            // slot access.
-            let slot = if i < first { idx + i } else { i - first };
-            // SAFETY: `slot < cap` by the split arithmetic above; claimed by us (caller).
-            unsafe { (*self.slots.as_ptr().add(slot)).with_mut(|p| p.write(MaybeUninit::new(*v))) };
+        {
+            let first = src.len().min(self.capacity as usize - idx);
+            for (i, v) in src.iter().enumerate() {
+                // Same two-part split as the inline path, element by element so loom sees each
+                // slot access.
+                let slot = if i < first { idx + i } else { i - first };
+                // SAFETY: `slot < capacity` by the split arithmetic; claimed by us (caller).
+                unsafe {
+                    (*self.slots.as_ptr().add(slot)).with_mut(|p| p.write(MaybeUninit::new(*v)))
+                };
+            }
         }
     }
 
-    /// Copies the slots of counters `start .. start + dst.len()` into `dst`; at most two
-    /// `memcpy`s.
+    /// The wrapping case of [`RawRing::write_run`]: `src[..cap - idx]` to the slots from `idx`
+    /// to the end, the rest to the slots from 0.
+    ///
+    /// # Safety
+    ///
+    /// As for `write_run`, with `idx < capacity < idx + src.len()`.
+    #[cfg(not(loom))]
+    #[cold]
+    #[inline(never)]
+    unsafe fn write_wrapped(&self, idx: usize, src: &[T])
+    where
+        T: Copy,
+    {
+        let first = self.capacity as usize - idx;
+        debug_assert!(first < src.len() && src.len() <= self.capacity as usize);
+        let base = self.slots.as_ptr().cast::<T>();
+        // SAFETY: slots `idx .. capacity` are in the array and claimed by us; `src` holds more
+        // than `first` elements and cannot overlap claimed slots (see `write_run`).
+        unsafe { copy_run(src.as_ptr(), base.add(idx), first) };
+        // SAFETY: the wrapped part is slots `0 .. len - first`, and `len - first <= idx`
+        // because `len <= capacity`; claimed by us.
+        unsafe { copy_run(src.as_ptr().add(first), base, src.len() - first) };
+    }
+
+    /// Copies the slots of counters `start .. start + dst.len()` into `dst`, inline, like
+    /// [`RawRing::write_run`].
     ///
     /// # Safety
     ///
@@ -272,27 +300,52 @@ impl<T> RawRing<T> {
     where
         T: Copy,
     {
-        let cap = self.capacity as usize;
         let idx = (start & self.mask) as usize;
-        let n = dst.len();
-        debug_assert!(n <= cap);
-        let first = n.min(cap - idx);
+        debug_assert!(dst.len() <= self.capacity as usize);
         #[cfg(not(loom))]
         {
-            let base = self.slots.as_ptr().cast::<T>().cast_const();
-            // SAFETY: slots `idx .. idx + first` are in the array, claimed by us and published
-            // (initialised) before our claim; `dst` is a distinct exclusive borrow.
-            unsafe { ptr::copy_nonoverlapping(base.add(idx), dst.as_mut_ptr(), first) };
-            if first < n {
-                // SAFETY: wrapped part `0 .. n - first` with `n - first <= idx`; as above.
-                unsafe { ptr::copy_nonoverlapping(base, dst.as_mut_ptr().add(first), n - first) };
+            if dst.len() <= self.capacity as usize - idx {
+                let src = self.slot(start).cast::<T>().cast_const();
+                // SAFETY: slots `idx .. idx + len` are in the array (checked just above),
+                // claimed by us and published (initialised) before our claim; `dst` is a
+                // distinct exclusive borrow.
+                unsafe { copy_run(src, dst.as_mut_ptr(), dst.len()) };
+            } else {
+                // SAFETY: forwarded caller contract; the run wraps (`len > capacity - idx`).
+                unsafe { self.read_wrapped(idx, dst) };
             }
         }
         #[cfg(loom)]
-        for (i, v) in dst.iter_mut().enumerate() {
-            let slot = if i < first { idx + i } else { i - first };
-            // SAFETY: `slot < cap` by the split arithmetic; claimed and published (caller).
-            *v = unsafe { (*self.slots.as_ptr().add(slot)).with(|p| (*p).assume_init()) };
+        {
+            let first = dst.len().min(self.capacity as usize - idx);
+            for (i, v) in dst.iter_mut().enumerate() {
+                let slot = if i < first { idx + i } else { i - first };
+                // SAFETY: `slot < capacity` by the split arithmetic; claimed and published
+                // (caller).
+                *v = unsafe { (*self.slots.as_ptr().add(slot)).with(|p| (*p).assume_init()) };
+            }
         }
+    }
+
+    /// The wrapping case of [`RawRing::read_run`].
+    ///
+    /// # Safety
+    ///
+    /// As for `read_run`, with `idx < capacity < idx + dst.len()`.
+    #[cfg(not(loom))]
+    #[cold]
+    #[inline(never)]
+    unsafe fn read_wrapped(&self, idx: usize, dst: &mut [T])
+    where
+        T: Copy,
+    {
+        let first = self.capacity as usize - idx;
+        debug_assert!(first < dst.len() && dst.len() <= self.capacity as usize);
+        let base = self.slots.as_ptr().cast::<T>().cast_const();
+        // SAFETY: slots `idx .. capacity` are in the array, claimed and published; `dst` holds
+        // more than `first` elements and is a distinct exclusive borrow.
+        unsafe { copy_run(base.add(idx), dst.as_mut_ptr(), first) };
+        // SAFETY: wrapped part `0 .. len - first` with `len - first <= idx`; as above.
+        unsafe { copy_run(base, dst.as_mut_ptr().add(first), dst.len() - first) };
     }
 }
