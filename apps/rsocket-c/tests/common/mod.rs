@@ -1,0 +1,142 @@
+//! Shared by the integration tests: the built library, and running programs under it.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The library under test: `$DP_RSOCKET_LIB`, else a release build in this test's target
+/// directory (built once per test process; release, as `scripts/with-rsocket` builds it
+/// and so that program runs measure what users get). Panics if the build fails.
+pub fn library() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        if let Some(p) = std::env::var_os("DP_RSOCKET_LIB") {
+            return PathBuf::from(p);
+        }
+        // <target>/<profile>/deps/<test>: the target directory is three levels up.
+        let exe = std::env::current_exe().expect("test executable path");
+        let target = exe
+            .ancestors()
+            .nth(3)
+            .expect("test executable inside a cargo target directory")
+            .to_path_buf();
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "--quiet", "--release", "-p", "dp-rsocket-c"])
+            .current_dir(repo())
+            .env("CARGO_TARGET_DIR", &target);
+        if cfg!(feature = "verbs") {
+            cmd.args(["--features", "verbs"]);
+        }
+        let st = cmd.status().expect("running cargo build for the library");
+        assert!(st.success(), "building dp-rsocket-c failed: {st}");
+        let lib = target.join("release/librdmacm.so");
+        assert!(lib.exists(), "{} missing after the build", lib.display());
+        lib
+    })
+}
+
+/// One program pair at a time per test process: the machine may have two cores only.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static ONE: Mutex<()> = Mutex::new(());
+    ONE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A port no other test (of this process or a concurrent run) uses: derived from the pid.
+pub fn port(offset: u16) -> u16 {
+    20_000 + (std::process::id() % 2000) as u16 * 16 + offset
+}
+
+/// A child that is killed if the test fails before waiting for it.
+pub struct Guarded {
+    pub child: Option<Child>,
+    pub what: String,
+}
+
+impl Guarded {
+    pub fn new(child: Child, what: impl Into<String>) -> Self {
+        Self {
+            child: Some(child),
+            what: what.into(),
+        }
+    }
+
+    /// Waits up to `limit`; on timeout kills the child and returns `None`.
+    pub fn wait_for(&mut self, limit: Duration) -> Option<(ExitStatus, String, String)> {
+        let mut child = self.child.take().expect("waited once");
+        let t0 = Instant::now();
+        loop {
+            match child.try_wait().expect("try_wait") {
+                Some(_) => break,
+                None if t0.elapsed() > limit => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return None;
+                }
+                None => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+        let out = child.wait_with_output().expect("collecting output");
+        Some((
+            out.status,
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
+    }
+
+    /// True while the child runs.
+    pub fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `scripts/with-rsocket PROGRAM ARGS` with the test's library and rendezvous directory,
+/// output captured.
+pub fn with_rsocket(shm_dir: &Path, program: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(repo().join("scripts/with-rsocket"));
+    c.arg(program)
+        .args(args)
+        .env("DP_RSOCKET_LIB", library())
+        .env("DP_SHM_DIR", shm_dir)
+        .env_remove("DP_RSOCKET_PROVIDER")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// A private directory under the system temp dir, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("dp-rsocket-c-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("creating a temp dir");
+        Self(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
