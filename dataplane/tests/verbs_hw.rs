@@ -57,7 +57,14 @@ fn env_with(port: u16, cfg: VerbsConfig) -> Option<Env<Verbs>> {
 }
 
 fn env(port: u16) -> Option<Env<Verbs>> {
-    env_with(port, VerbsConfig::default())
+    // Framed private data: these checks compare exact lengths between two ends of ours.
+    env_with(
+        port,
+        VerbsConfig {
+            private_data: PrivateDataFormat::Framed,
+            ..VerbsConfig::default()
+        },
+    )
 }
 
 fn caps() -> QpCaps {
@@ -90,30 +97,31 @@ fn device_attributes_are_sane() {
     assert_eq!(a.provider, "verbs");
     assert!(a.max_qp_wr > 0 && a.max_cqe > 0 && a.max_sge >= 1);
     assert!(a.mtu >= 256 && a.max_msg_size >= u64::from(a.mtu));
+    // The default is raw private data, as librdmacm peers send it: the full CM fields.
     assert_eq!(
         (
             a.max_req_private_data,
             a.max_rep_private_data,
             a.max_rej_private_data
         ),
-        (54, 194, 146)
+        (56, 196, 148)
     );
-    let raw = VerbsDevice::open_with(
+    let framed = VerbsDevice::open_with(
         Some(&name),
         VerbsConfig {
-            private_data: PrivateDataFormat::Raw,
+            private_data: PrivateDataFormat::Framed,
             ..VerbsConfig::default()
         },
     )
-    .expect("open raw");
-    let r = raw.attr();
+    .expect("open framed");
+    let f = framed.attr();
     assert_eq!(
         (
-            r.max_req_private_data,
-            r.max_rep_private_data,
-            r.max_rej_private_data
+            f.max_req_private_data,
+            f.max_rep_private_data,
+            f.max_rej_private_data
         ),
-        (56, 196, 148)
+        (54, 194, 146)
     );
 }
 
@@ -311,6 +319,8 @@ fn sends_before_established_are_refused_and_drop_disconnects_the_peer() {
         caps: caps(),
     };
     let (conn_b, qp_b) = cm_b.accept(req, &init_b, b"rep").unwrap();
+    // The passive side is ready to send as soon as accept returns (as after rdma_accept).
+    assert_eq!(qp_b.state(), QpState::Rts);
     match next_event::<Verbs>(&mut cm_a, "established").unwrap() {
         CmEvent::Established { conn, private_data } => {
             assert_eq!(conn, conn_a);

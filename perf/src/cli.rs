@@ -40,11 +40,13 @@ use crate::{PerfError, Report};
 #[command(
     name = "dp-perf",
     version,
-    about = "dataplane perf lab: rings, pools, lcores and host limits, DPDK-comparable",
+    about = "dataplane perf lab: rings, pools, lcores, fabric and rsockets, DPDK- and perftest-comparable",
     long_about = "dataplane perf lab: measures mempool rings and pools, the lcore poll loop and \
                   the host's physical limits on two pinned cores, on the same grids as DPDK's \
-                  ring_perf_autotest and mempool_perf_autotest. The two CPUs must be otherwise \
-                  idle: every measurement busy-polls."
+                  ring_perf_autotest and mempool_perf_autotest; the fabric providers as \
+                  perftest does (ib_write_lat, ib_write_bw, ...); and rsockets as librdmacm's \
+                  rstream does, next to kernel TCP. The two CPUs must be otherwise idle: every \
+                  measurement busy-polls."
 )]
 pub struct Cli {
     /// Options every command takes.

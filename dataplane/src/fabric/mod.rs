@@ -25,8 +25,8 @@ pub mod verbs;
 pub use error::{FabricError, PostError, PostErrorKind};
 pub use traits::{
     CmChannel, CmEvent, CompletionQueue, ConnId, ConnRequest, Device, ListenId, MAX_PRIVATE_DATA,
-    MemoryRegion, PrepareQp, PrivateData, ProtectionDomain, Provider, QpInit, RcQueuePair, UdQueuePair,
-    UdSendWr, UnreachableReason,
+    MemoryRegion, PrepareQp, PrivateData, ProtectionDomain, Provider, QpInit, RcQueuePair,
+    UdQueuePair, UdSendWr, UnreachableReason,
 };
 pub use types::{
     Access, Completion, DeviceAttr, GRH_LEN, Payload, QpCaps, QpState, RecvWr, RemoteAddr,

@@ -76,4 +76,7 @@ pub(crate) unsafe fn copy_run<T: Copy>(src: *const T, dst: *mut T, n: usize) {
     }
 }
 
-const _: () = assert!(UNROLL == 4, "the loop body and the tail above are written out for 4");
+const _: () = assert!(
+    UNROLL == 4,
+    "the loop body and the tail above are written out for 4"
+);

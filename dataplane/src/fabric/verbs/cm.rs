@@ -751,7 +751,10 @@ impl CmChannel for VerbsCm {
         if unsafe { ffi::rdma_accept(id.0, &raw mut param) } != 0 {
             return Err(FabricError::last_os("rdma_accept"));
         }
-        qp.track.set_state(QpState::Rtr);
+        // On IB and RoCE, rdma_accept moves the queue pair through RTR to RTS before the
+        // REP leaves, so the passive side may send at once (rsocket servers do, with their
+        // first credit update); the RTU later only produces the Established event.
+        qp.track.set_state(QpState::Rts);
         Ok((conn, qp))
     }
 

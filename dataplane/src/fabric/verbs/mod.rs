@@ -149,7 +149,7 @@ pub struct VerbsConfig {
 impl Default for VerbsConfig {
     fn default() -> Self {
         Self {
-            private_data: PrivateDataFormat::Framed,
+            private_data: PrivateDataFormat::Raw,
             resolve_timeout: Duration::from_secs(2),
             resolve_attempts: 3,
         }
