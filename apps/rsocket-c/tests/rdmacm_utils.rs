@@ -176,7 +176,6 @@ fn rstream_verified_async() {
 }
 
 #[test]
-#[ignore = "known hang in about 1 run in 5-8 (a riowrite's target byte reverts), under investigation: issue 6"]
 fn riostream_default() {
     let Some((client, server)) = run_pair("riostream", 9, &[]) else {
         return;

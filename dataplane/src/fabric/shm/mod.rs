@@ -22,15 +22,16 @@
 //!
 //! # Semantics
 //!
-//! Reliable-connected queue pairs are in order; a WRITE with immediate places its data
-//! before its completion can be polled; a SEND or WRITE with immediate that finds no
-//! receive posted waits (receiver not ready, retried forever like `rnr_retry = 7`), it is
-//! never dropped; remote key, bounds and rights violations complete with
-//! `REM_ACCESS_ERR` and move both queue pairs to the error state; a queue pair in error
-//! flushes everything outstanding with `WR_FLUSH_ERR`. Connection management follows the
-//! RDMA CM (see [`cm`]). A peer process that dies is seen as a hang-up of its connection
-//! sockets by the device's service thread (see [`service`]), which errors the queue pairs
-//! and queues `Disconnected` events.
+//! Reliable-connected queue pairs are in order; a WRITE stores its last byte once, after all
+//! the others, so responders may poll it as they do on RDMA hardware (module `place`); a
+//! WRITE with immediate places its data before its completion can be polled; a SEND or
+//! WRITE with immediate that finds no receive posted waits (receiver not ready, retried
+//! forever like `rnr_retry = 7`), it is never dropped; remote key, bounds and rights
+//! violations complete with `REM_ACCESS_ERR` and move both queue pairs to the error state;
+//! a queue pair in error flushes everything outstanding with `WR_FLUSH_ERR`. Connection
+//! management follows the RDMA CM (see [`cm`]). A peer process that dies is seen as a
+//! hang-up of its connection sockets by the device's service thread (see [`service`]),
+//! which errors the queue pairs and queues `Disconnected` events.
 //!
 //! # Limits
 //!
@@ -47,6 +48,7 @@ mod device;
 mod layout;
 mod msg;
 mod pd;
+mod place;
 mod qp;
 pub mod service;
 mod ud;

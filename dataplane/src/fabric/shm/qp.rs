@@ -3,7 +3,8 @@
 //!
 //! **Sending** is done by the initiator's CPU, as a NIC would do it: an RDMA WRITE or READ
 //! is a copy between local registered memory and the peer's exported region, checked
-//! against the peer's key table; a SEND copies the payload into the peer's bounce buffer.
+//! against the peer's key table (a WRITE's final byte is stored once, last: see
+//! [`place`](super::place)); a SEND copies the payload into the peer's bounce buffer.
 //! Requests run strictly in order. A SEND or WRITE with immediate needs a receive posted at
 //! the peer (a *credit*, read from the peer's segment); without one the request and every
 //! later one wait (receiver not ready) and are retried each time the send completion queue
@@ -34,6 +35,7 @@ use super::cq::{CqShared, SlotEntry};
 use super::device::DevInner;
 use super::layout::{Doorbell, Inbound, QpSegLayout, QpSegView, inbound_kind};
 use super::pd::{PdInner, RemotePd};
+use super::place::place;
 use crate::fabric::error::{FabricError, PostError, PostErrorKind, Result};
 use crate::fabric::traits::{ConnId, RcQueuePair};
 use crate::fabric::types::{
@@ -604,24 +606,23 @@ impl Drop for QpCore {
     }
 }
 
-/// Copies the request's bytes to `dst`.
+/// Copies the request's bytes to `dst`, the final byte last and only once (see
+/// [`place`](super::place)): responders may poll it.
 fn gather(src: &Src<'_>, dst: *mut u8) {
     match src {
-        Src::Bytes([]) => {}
         Src::Bytes(b) => {
             // SAFETY: dst was validated for b.len() bytes by the caller (remote translation
             // or a bounce reservation); b is a live slice.
-            unsafe { ptr::copy_nonoverlapping(b.as_ptr(), dst, b.len()) };
+            unsafe { place(dst, [(b.as_ptr(), b.len())]) };
         }
         Src::Sgl(sgl) => {
-            let mut at = dst;
-            for s in sgl.iter().filter(|s| s.length > 0) {
-                // SAFETY: every entry was validated against its registration (check_local),
-                // and dst covers the total length (validated by the caller).
-                unsafe {
-                    ptr::copy_nonoverlapping(s.addr as *const u8, at, s.length as usize);
-                    at = at.add(s.length as usize);
-                }
+            // SAFETY: every entry was validated against its registration (check_local),
+            // and dst covers the total length (validated by the caller).
+            unsafe {
+                place(
+                    dst,
+                    sgl.iter().map(|s| (s.addr as *const u8, s.length as usize)),
+                );
             }
         }
     }
@@ -920,5 +921,50 @@ fn to_pending(seq: u64, wr: &SendWr<'_>, nsge: usize, inline_len: Option<u32>) -
         sge,
         inline_len,
         done: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric::shm::place::tests::StoreCounter;
+
+    /// Issue 6, on the path every RDMA WRITE takes: the final destination byte is stored
+    /// once, whether the payload is inline bytes or a gather list.
+    #[test]
+    fn gather_stores_the_final_byte_once() {
+        let src: Vec<u8> = (0..256u32).map(|i| (i * 5 + 1) as u8).collect();
+        let mut dst = vec![0u8; 8192];
+        let base = dst
+            .as_mut_ptr()
+            .wrapping_add(dst.as_ptr().align_offset(4096));
+        let sge = |o: usize, l: u32| Sge {
+            addr: src[o..].as_ptr() as u64,
+            length: l,
+            lkey: 0,
+        };
+        for n in [8usize, 16, 32, 64] {
+            let last = base.wrapping_add(n - 1);
+            let counter = match StoreCounter::new(last) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("gather_stores_the_final_byte_once: no hardware watchpoint ({e})");
+                    return;
+                }
+            };
+            let half = (n / 2) as u32;
+            let sgl = [sge(0, half), sge(n / 2, n as u32 - half)];
+            for src_of in [Src::Bytes(&src[..n]), Src::Sgl(&sgl)] {
+                let before = counter.count();
+                gather(&src_of, base);
+                let stores = counter.count() - before;
+                assert_eq!(
+                    stores, 1,
+                    "{n} bytes: the final byte was stored {stores} times"
+                );
+                // SAFETY: inside dst, which nothing else references now.
+                assert_eq!(unsafe { *last }, src[n - 1]);
+            }
+        }
     }
 }
