@@ -476,7 +476,7 @@ impl<P: Provider> Ctx<P> {
             Kind::Listening(_) => return Err(RsError::Invalid),
         }
         let opts = sock.opts.clone();
-        let (conn, bufs, cq, caps) = self.new_stream(&opts)?;
+        let (mut conn, bufs, cq, caps) = self.new_stream(&opts)?;
         let pdata = conn.conn_data().to_bytes();
         let init = QpInit {
             pd: &self.pd,
@@ -484,7 +484,6 @@ impl<P: Provider> Ctx<P> {
             recv_cq: &cq,
             caps,
         };
-        let mut conn = conn;
         // Receives go in before the request leaves (`rs_create_ep` before `rdma_connect`).
         let r = self.cm.connect_prepared(addr, &init, &pdata, &mut |qp| {
             post_initial_recvs(&mut conn, qp, &bufs)
@@ -537,7 +536,7 @@ impl<P: Provider> Ctx<P> {
             return Err(RsError::NotSupported);
         };
         let (peer_addr, local_addr) = (request.peer_addr(), request.local_addr());
-        let (conn, bufs, cq, caps) = match self.new_stream(&opts) {
+        let (mut conn, bufs, cq, caps) = match self.new_stream(&opts) {
             Ok(x) => x,
             Err(e) => {
                 let _ = self.cm.reject(request, &[]);
@@ -551,7 +550,6 @@ impl<P: Provider> Ctx<P> {
             recv_cq: &cq,
             caps,
         };
-        let mut conn = conn;
         // Receives go in before the reply leaves, as rsocket posts them before
         // `rdma_accept`: the peer may send the moment it has the reply.
         let r = self.cm.accept_prepared(request, &init, &pdata, &mut |qp| {

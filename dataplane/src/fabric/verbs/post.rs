@@ -9,8 +9,9 @@ use std::ptr;
 
 use rdma_sys as ffi;
 
-use crate::fabric::error::PostErrorKind;
-use crate::fabric::types::{QpState, Sge};
+use super::track::Track;
+use crate::fabric::error::{PostError, PostErrorKind};
+use crate::fabric::types::{QpCaps, QpState, RecvWr, Sge};
 
 /// Requests per `ibv_post_send`/`ibv_post_recv` call.
 pub(crate) const CHUNK: usize = 16;
@@ -150,7 +151,7 @@ impl SendScratch {
 }
 
 /// A chain of receive requests under construction.
-pub(crate) struct RecvScratch {
+struct RecvScratch {
     wr: [ffi::ibv_recv_wr; CHUNK],
     sge: [ffi::ibv_sge; CHUNK_SGE],
     n: usize,
@@ -161,7 +162,7 @@ pub(crate) struct RecvScratch {
 unsafe impl Send for RecvScratch {}
 
 impl RecvScratch {
-    pub(crate) fn new() -> Box<Self> {
+    fn new() -> Box<Self> {
         // SAFETY: as in SendScratch::new.
         Box::new(unsafe { core::mem::zeroed() })
     }
@@ -234,5 +235,93 @@ impl RecvScratch {
             unsafe { bad.offset_from(base) }.max(0) as usize
         };
         Err((idx.min(n), rc))
+    }
+}
+
+/// The receive side of a queue pair as software posts it, the same for RC and UD: the chain
+/// under construction and how many receives the hardware has accepted.
+pub(crate) struct RecvQueue {
+    scratch: Box<RecvScratch>,
+    posted: u64,
+}
+
+impl RecvQueue {
+    pub(crate) fn new() -> Self {
+        Self {
+            scratch: RecvScratch::new(),
+            posted: 0,
+        }
+    }
+
+    /// `post_recv` on `qp`, whose receive queue has capabilities `caps` and completions
+    /// tracked by `track`: refuses a request with too many entries or beyond the queue's
+    /// depth (after posting the ones before it), chains the rest [`CHUNK`] at a time.
+    ///
+    /// # Safety
+    /// `qp` must be a live queue pair.
+    pub(crate) unsafe fn post(
+        &mut self,
+        qp: *mut ffi::ibv_qp,
+        track: &Track,
+        caps: &QpCaps,
+        wrs: &[RecvWr<'_>],
+    ) -> Result<(), PostError> {
+        let mut consumed = track.rq_consumed();
+        let mut base = 0;
+        for (i, wr) in wrs.iter().enumerate() {
+            let refuse = if wr.sgl.len() > caps.max_recv_sge as usize {
+                Some(PostErrorKind::TooManySge)
+            } else {
+                let mut outstanding = self.posted + self.scratch.len() as u64 - consumed;
+                if outstanding >= u64::from(caps.max_recv_wr) {
+                    consumed = track.rq_consumed();
+                    outstanding = self.posted + self.scratch.len() as u64 - consumed;
+                }
+                (outstanding >= u64::from(caps.max_recv_wr)).then_some(PostErrorKind::QueueFull)
+            };
+            if let Some(kind) = refuse {
+                // SAFETY: qp is live (caller).
+                unsafe { self.flush(qp, track, base) }?;
+                return Err(PostError { index: i, kind });
+            }
+            if self.scratch.full(wr.sgl.len()) {
+                // SAFETY: as above.
+                unsafe { self.flush(qp, track, base) }?;
+                base = i;
+            }
+            let seq = self.posted + self.scratch.len() as u64;
+            let hw_id = track.stage_recv(seq, wr.wr_id);
+            self.scratch.push(hw_id, wr.sgl);
+        }
+        // SAFETY: as above.
+        unsafe { self.flush(qp, track, base) }
+    }
+
+    /// Posts the chain; `base` is the index in the caller's slice of its first request.
+    ///
+    /// # Safety
+    /// `qp` must be a live queue pair.
+    unsafe fn flush(
+        &mut self,
+        qp: *mut ffi::ibv_qp,
+        track: &Track,
+        base: usize,
+    ) -> Result<(), PostError> {
+        let n = self.scratch.len();
+        // SAFETY: qp is live (caller); receives name registered memory (checked by the
+        // hardware).
+        match unsafe { self.scratch.post(qp) } {
+            Ok(()) => {
+                self.posted += n as u64;
+                Ok(())
+            }
+            Err((j, errno)) => {
+                self.posted += j as u64;
+                Err(PostError {
+                    index: base + j,
+                    kind: post_error(errno, track.state()),
+                })
+            }
+        }
     }
 }

@@ -9,7 +9,7 @@ use super::conv::{self, send_flags, send_opcode};
 use super::cq::CqInner;
 use super::device::DevInner;
 use super::pd::PdInner;
-use super::post::{RecvScratch, SendScratch, hw_sge, post_error};
+use super::post::{RecvQueue, SendScratch, hw_sge, post_error};
 use super::sys::{self, IdPtr};
 use super::track::Track;
 use super::{MAX_SGE, Verbs};
@@ -82,9 +82,8 @@ pub struct VerbsQp {
     caps: QpCaps,
     max_send_size: u64,
     sq_posted: u64,
-    rq_posted: u64,
     sscratch: Box<SendScratch>,
-    rscratch: Box<RecvScratch>,
+    rq: RecvQueue,
     chan: Arc<ChanInner>,
     send_cq: Arc<CqInner>,
     recv_cq: Arc<CqInner>,
@@ -145,9 +144,8 @@ impl VerbsQp {
             caps,
             max_send_size: dev.attr.max_send_size,
             sq_posted: 0,
-            rq_posted: 0,
             sscratch: SendScratch::new(),
-            rscratch: RecvScratch::new(),
+            rq: RecvQueue::new(),
             chan: chan.clone(),
             send_cq: init.send_cq.inner.clone(),
             recv_cq: init.recv_cq.inner.clone(),
@@ -237,24 +235,6 @@ impl VerbsQp {
                 Err(PostError {
                     index: base + j,
                     kind: post_error(errno, state),
-                })
-            }
-        }
-    }
-
-    fn flush_recv(&mut self, base: usize) -> core::result::Result<(), PostError> {
-        let n = self.rscratch.len();
-        // SAFETY: qp is live; receives name registered memory (checked by the hardware).
-        match unsafe { self.rscratch.post(self.qp) } {
-            Ok(()) => {
-                self.rq_posted += n as u64;
-                Ok(())
-            }
-            Err((j, errno)) => {
-                self.rq_posted += j as u64;
-                Err(PostError {
-                    index: base + j,
-                    kind: post_error(errno, self.track.state()),
                 })
             }
         }
@@ -356,32 +336,7 @@ impl RcQueuePair for VerbsQp {
     }
 
     fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> core::result::Result<(), PostError> {
-        let mut consumed = self.track.rq_consumed();
-        let mut base = 0;
-        for (i, wr) in wrs.iter().enumerate() {
-            let refuse = if wr.sgl.len() > self.caps.max_recv_sge as usize {
-                Some(PostErrorKind::TooManySge)
-            } else {
-                let mut outstanding = self.rq_posted + self.rscratch.len() as u64 - consumed;
-                if outstanding >= u64::from(self.caps.max_recv_wr) {
-                    consumed = self.track.rq_consumed();
-                    outstanding = self.rq_posted + self.rscratch.len() as u64 - consumed;
-                }
-                (outstanding >= u64::from(self.caps.max_recv_wr))
-                    .then_some(PostErrorKind::QueueFull)
-            };
-            if let Some(kind) = refuse {
-                self.flush_recv(base)?;
-                return Err(PostError { index: i, kind });
-            }
-            if self.rscratch.full(wr.sgl.len()) {
-                self.flush_recv(base)?;
-                base = i;
-            }
-            let seq = self.rq_posted + self.rscratch.len() as u64;
-            let hw_id = self.track.stage_recv(seq, wr.wr_id);
-            self.rscratch.push(hw_id, wr.sgl);
-        }
-        self.flush_recv(base)
+        // SAFETY: qp is live as long as self.
+        unsafe { self.rq.post(self.qp, &self.track, &self.caps, wrs) }
     }
 }

@@ -21,7 +21,7 @@ use super::conv::send_flags;
 use super::cq::CqInner;
 use super::device::DevInner;
 use super::pd::{PdInner, VerbsPd};
-use super::post::{RecvScratch, SendScratch, hw_sge, post_error};
+use super::post::{RecvQueue, SendScratch, hw_sge, post_error};
 use super::qp::{check_objects, granted, qp_cap};
 use super::resolve::TempId;
 use super::sys::{self, LINK_LAYER_ETHERNET};
@@ -156,9 +156,8 @@ pub struct VerbsUdQp {
     caps: QpCaps,
     mtu: u32,
     sq_posted: u64,
-    rq_posted: u64,
     sscratch: Box<SendScratch>,
-    rscratch: Box<RecvScratch>,
+    rq: RecvQueue,
     /// Address handle of each send slot's request (see the module docs).
     ah_keep: Box<[Option<Arc<AhInner>>]>,
     send_cq: Arc<CqInner>,
@@ -297,9 +296,8 @@ impl VerbsUdQp {
             caps,
             mtu: dev.attr.mtu,
             sq_posted: 0,
-            rq_posted: 0,
             sscratch: SendScratch::new(),
-            rscratch: RecvScratch::new(),
+            rq: RecvQueue::new(),
             ah_keep: (0..slots).map(|_| None).collect(),
             send_cq: init.send_cq.inner.clone(),
             recv_cq: init.recv_cq.inner.clone(),
@@ -355,24 +353,6 @@ impl VerbsUdQp {
             }
             Err((j, errno)) => {
                 self.sq_posted += j as u64;
-                Err(PostError {
-                    index: base + j,
-                    kind: post_error(errno, self.track.state()),
-                })
-            }
-        }
-    }
-
-    fn flush_recv(&mut self, base: usize) -> core::result::Result<(), PostError> {
-        let n = self.rscratch.len();
-        // SAFETY: qp is live; receives name registered memory (checked by the hardware).
-        match unsafe { self.rscratch.post(self.qp) } {
-            Ok(()) => {
-                self.rq_posted += n as u64;
-                Ok(())
-            }
-            Err((j, errno)) => {
-                self.rq_posted += j as u64;
                 Err(PostError {
                     index: base + j,
                     kind: post_error(errno, self.track.state()),
@@ -455,32 +435,7 @@ impl UdQueuePair for VerbsUdQp {
     }
 
     fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> core::result::Result<(), PostError> {
-        let mut consumed = self.track.rq_consumed();
-        let mut base = 0;
-        for (i, wr) in wrs.iter().enumerate() {
-            let refuse = if wr.sgl.len() > self.caps.max_recv_sge as usize {
-                Some(PostErrorKind::TooManySge)
-            } else {
-                let mut outstanding = self.rq_posted + self.rscratch.len() as u64 - consumed;
-                if outstanding >= u64::from(self.caps.max_recv_wr) {
-                    consumed = self.track.rq_consumed();
-                    outstanding = self.rq_posted + self.rscratch.len() as u64 - consumed;
-                }
-                (outstanding >= u64::from(self.caps.max_recv_wr))
-                    .then_some(PostErrorKind::QueueFull)
-            };
-            if let Some(kind) = refuse {
-                self.flush_recv(base)?;
-                return Err(PostError { index: i, kind });
-            }
-            if self.rscratch.full(wr.sgl.len()) {
-                self.flush_recv(base)?;
-                base = i;
-            }
-            let seq = self.rq_posted + self.rscratch.len() as u64;
-            let hw_id = self.track.stage_recv(seq, wr.wr_id);
-            self.rscratch.push(hw_id, wr.sgl);
-        }
-        self.flush_recv(base)
+        // SAFETY: qp is live as long as self.
+        unsafe { self.rq.post(self.qp, &self.track, &self.caps, wrs) }
     }
 }
