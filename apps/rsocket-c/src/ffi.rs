@@ -438,6 +438,26 @@ pub(crate) unsafe extern "C" fn rselect(
     }))
 }
 
+/// The body of `rgetpeername`/`rgetsockname`: `get`'s address written to `addr` in C form.
+///
+/// # Safety
+/// `addr`/`addrlen` valid, `addr` with `*addrlen` bytes.
+unsafe fn write_name(
+    addr: *mut sockaddr,
+    addrlen: *mut socklen_t,
+    get: impl FnOnce() -> Result<(SocketAddr, c_int), Errno>,
+) -> c_int {
+    ret_int(guard(|| {
+        if addr.is_null() || addrlen.is_null() {
+            return Err(Errno(libc::EFAULT));
+        }
+        let (a, family) = get()?;
+        // SAFETY: caller's contract.
+        unsafe { CAddr::new(a, family).write(addr, addrlen) };
+        Ok(0)
+    }))
+}
+
 /// `rgetpeername(3)`.
 ///
 /// # Safety
@@ -447,15 +467,8 @@ pub(crate) unsafe extern "C" fn rgetpeername(
     addr: *mut sockaddr,
     addrlen: *mut socklen_t,
 ) -> c_int {
-    ret_int(guard(|| {
-        if addr.is_null() || addrlen.is_null() {
-            return Err(Errno(libc::EFAULT));
-        }
-        let (a, family) = dispatch!(engine()?, e => e.peer_addr(s))?;
-        // SAFETY: caller's contract.
-        unsafe { CAddr::new(a, family).write(addr, addrlen) };
-        Ok(0)
-    }))
+    // SAFETY: caller's contract.
+    unsafe { write_name(addr, addrlen, || dispatch!(engine()?, e => e.peer_addr(s))) }
 }
 
 /// `rgetsockname(3)`.
@@ -467,15 +480,8 @@ pub(crate) unsafe extern "C" fn rgetsockname(
     addr: *mut sockaddr,
     addrlen: *mut socklen_t,
 ) -> c_int {
-    ret_int(guard(|| {
-        if addr.is_null() || addrlen.is_null() {
-            return Err(Errno(libc::EFAULT));
-        }
-        let (a, family) = dispatch!(engine()?, e => e.local_addr(s))?;
-        // SAFETY: caller's contract.
-        unsafe { CAddr::new(a, family).write(addr, addrlen) };
-        Ok(0)
-    }))
+    // SAFETY: caller's contract.
+    unsafe { write_name(addr, addrlen, || dispatch!(engine()?, e => e.local_addr(s))) }
 }
 
 /// `rsetsockopt(3)`.
