@@ -19,7 +19,7 @@ cargo test --workspace --release -- --test-threads=2
 
 if [ "$verbs" = 1 ]; then
   echo "== verbs provider (hardware tests run when DP_TEST_DEVICE names a device)"
-  cargo test -p dataplane --features verbs --release --lib --test verbs_nodevice --test verbs_conformance --test verbs_hw -- --test-threads=1
+  cargo test -p dp-verbs --features verbs --release -- --test-threads=1
 fi
 
 echo "== loom models (mempool rings and pools)"

@@ -13,7 +13,7 @@
 #   STEPS="conformance perf perftest rstream rstream-b" (the default: all of them)
 #
 # BIN_DIR holds dp-perf (built with --features verbs) and the test binaries
-# verbs_conformance and verbs_hw (cargo test --features verbs --no-run). Under rxe-lab:
+# verbs_conformance and verbs_hw (cargo test -p dp-verbs --features verbs --no-run). Under rxe-lab:
 #   ../shared/tools/rxe-lab --timeout 3600 -- scripts/verbs-lab.sh target/lab
 # Everything runs on one host, so "client" and "server" share the device and the CPUs:
 # compare ratios between the tools, not absolute numbers.

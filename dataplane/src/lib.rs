@@ -1,20 +1,43 @@
-//! `dataplane`: fabric providers and the rsocket, RDS and RTRS protocols.
+//! `dataplane`: fabric providers and the rsocket, RDS and RTRS protocols, as one dependency.
 //!
-//! Layers, bottom up:
+//! This crate only re-exports the family of crates under `dataplane/`, bottom up:
 //!
-//! * [`fabric`]: the provider-neutral verbs model (devices, protection domains, memory
-//!   regions, completion queues, RC/UD queue pairs, RDMA-CM-style connection management)
-//!   and its providers: [`fabric::shm`] (software RDMA through shared memory) and `verbs`
-//!   (rdma-core, feature `verbs`).
+//! | module here | crate | folder | what it is |
+//! |---|---|---|---|
+//! | [`wire`] | `dp-wire` (+ each protocol's `wire`) | `dataplane/wire` | checked views over protocol bytes, open enums, `Copy` codec errors |
+//! | [`fabric`] | `dp-fabric` | `dataplane/fabric` | the provider-neutral verbs traits and types |
+//! | [`fabric::shm`] | `dp-shm` | `dataplane/fabric/shm` | software RDMA between processes through shared memory |
+//! | `fabric::verbs` | `dp-verbs` | `dataplane/fabric/verbs` | real RDMA through rdma-core (feature `verbs`) |
+//! | [`rsocket`] | `dp-rsocket` | `dataplane/rsocket` | the socket API over RDMA, wire-compatible with librdmacm |
+//!
+//! Protocol crates depend on `dp-fabric`'s traits only, never on a provider. Test kits (the
+//! provider conformance suite, protocol simulators) are compiled only with the feature
+//! `testing`.
 //!
 //! Invariants: data-path calls (`post_send`, `post_recv`, `poll`) never allocate and never
-//! make a system call; unsafe code lives only in the provider modules, and every unsafe block
-//! states the invariant it relies on; protocol state machines take time and inputs as arguments
-//! and perform no I/O.
-#![deny(unsafe_code)]
+//! make a system call; unsafe code lives only in the provider crates and in `dp-fabric`'s
+//! `sync` and `sys` modules, and every unsafe block states the invariant it relies on;
+//! protocol state machines take time and inputs as arguments and perform no I/O.
+#![forbid(unsafe_code)]
 
-pub mod fabric;
-pub mod rsocket;
-mod sync;
-pub mod sys;
-pub mod wire;
+/// The provider-neutral verbs layer ([`dp_fabric`]) and its providers.
+pub mod fabric {
+    pub use dp_fabric::*;
+    /// The shm provider ([`dp_shm`]).
+    pub use dp_shm as shm;
+    /// The verbs provider ([`dp_verbs`], feature `verbs`).
+    #[cfg(feature = "verbs")]
+    pub use dp_verbs as verbs;
+}
+
+/// Wire codecs: the shared toolkit ([`dp_wire`]) and each protocol's formats.
+pub mod wire {
+    /// rsocket's wire formats ([`dp_rsocket::wire`]).
+    pub use dp_rsocket::wire as rsocket;
+    pub use dp_wire::*;
+}
+
+pub use dp_rsocket as rsocket;
+
+#[cfg(feature = "testing")]
+pub use dp_fabric::conformance_tests;

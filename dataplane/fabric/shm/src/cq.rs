@@ -1,0 +1,349 @@
+//! Completion queues.
+//!
+//! A completion queue has three inputs:
+//!
+//! * a local multi-producer ring of send completions, filled by its queue pairs when a
+//!   send request finishes;
+//! * a local *attention* ring of queue-pair slots that need the poller: sends blocked on
+//!   credits or bounce space, and queue pairs that went to the error state;
+//! * inbound messages from peers, found through the shared doorbell bitmap or, while at
+//!   most [`SCAN_MAX`] queue pairs receive here, by looking at each one's next inbound slot
+//!   directly, which saves the poller a cache miss per message. Peers always set their
+//!   doorbell bit; in scan mode the bits stay set and cost the sender nothing.
+//!
+//! `poll` makes progress on all three and writes completions into the caller's slice: no
+//! allocation, no system call, no lock on the common path.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use mempool::memory::Region;
+use mempool::ring::{Consumer, Multi, Producer, Ring, Single};
+
+use crate::device::{DevInner, lock};
+use crate::layout::{DOORBELL_SLOTS, Doorbell};
+use crate::qp::{QpCore, RecvSide};
+use crate::ud::{UdCore, UdRecvSide};
+use dp_fabric::error::{FabricError, Result};
+use dp_fabric::traits::CompletionQueue;
+use dp_fabric::types::Completion;
+
+/// Up to this many receiving queue pairs, `poll` scans them instead of the doorbell.
+pub(crate) const SCAN_MAX: usize = 8;
+
+/// What a completion queue knows about one attached queue pair.
+pub(crate) enum SlotEntry {
+    /// A reliable-connected queue pair.
+    Rc {
+        core: Arc<QpCore>,
+        send: bool,
+        recv: Option<RecvSide>,
+    },
+    /// A datagram queue pair.
+    Ud {
+        core: Arc<UdCore>,
+        send: bool,
+        recv: Option<UdRecvSide>,
+    },
+}
+
+impl SlotEntry {
+    pub(crate) fn rc(core: Arc<QpCore>, send: bool, recv: Option<RecvSide>) -> Self {
+        Self::Rc { core, send, recv }
+    }
+
+    fn receives(&self) -> bool {
+        match self {
+            Self::Rc { recv, .. } => recv.is_some(),
+            Self::Ud { recv, .. } => recv.is_some(),
+        }
+    }
+}
+
+pub(crate) struct CqShared {
+    /// Keeps the device (and its service thread) alive while the queue exists.
+    _dev: Arc<DevInner>,
+    pub id: u64,
+    pub db_seg: Arc<Region>,
+    tx: Mutex<(Producer<Completion, Multi>, Producer<u32, Multi>)>,
+    ops: Mutex<Vec<(u32, Option<SlotEntry>)>>,
+    ops_pending: AtomicBool,
+    used: Mutex<Vec<bool>>,
+    max_slots: usize,
+}
+
+// SAFETY: db_seg keeps the doorbell mapped; the doorbell is accessed through atomics only.
+unsafe impl Send for CqShared {}
+// SAFETY: as above; all other fields are Sync.
+unsafe impl Sync for CqShared {}
+
+impl CqShared {
+    #[inline]
+    pub(crate) fn doorbell(&self) -> &Doorbell {
+        // SAFETY: db_seg was created at least one Doorbell long and lives as long as self.
+        unsafe { &*self.db_seg.as_ptr().cast::<Doorbell>() }
+    }
+
+    /// Producer handles for a new queue pair: completions and attention.
+    pub(crate) fn producers(&self) -> (Producer<Completion, Multi>, Producer<u32, Multi>) {
+        let t = lock(&self.tx);
+        (t.0.clone(), t.1.clone())
+    }
+
+    /// Queues `slot` for attention (out of band: error transitions and the like).
+    pub(crate) fn notify(&self, slot: u32) {
+        let mut t = lock(&self.tx);
+        // The attention ring has room for two entries per slot and queue pairs
+        // deduplicate, so this does not fail; if it ever did, the doorbell still works.
+        if t.1.enqueue(slot).is_err() {
+            self.doorbell().ring(slot);
+        }
+    }
+
+    pub(crate) fn reserve_slot(&self) -> Result<u32> {
+        let mut u = lock(&self.used);
+        let i = u[..self.max_slots]
+            .iter()
+            .position(|b| !*b)
+            .ok_or(FabricError::Exhausted {
+                what: "queue pairs on this completion queue",
+                limit: self.max_slots as u64,
+                hint: "create the completion queue deeper, or spread queue pairs over more queues",
+            })?;
+        u[i] = true;
+        Ok(i as u32)
+    }
+
+    pub(crate) fn release_slot(&self, slot: u32) {
+        if let Some(b) = lock(&self.used).get_mut(slot as usize) {
+            *b = false;
+        }
+    }
+
+    /// Hands a queue pair to the poller (taken in at its next `poll`).
+    pub(crate) fn attach(&self, slot: u32, e: SlotEntry) {
+        lock(&self.ops).push((slot, Some(e)));
+        // Release: pairs with the Acquire in `ShmCq::poll`: the op is queued first.
+        self.ops_pending.store(true, Ordering::Release);
+    }
+
+    /// Removes a queue pair; its slot is freed once the poller has let go of it.
+    pub(crate) fn detach(&self, slot: u32) {
+        lock(&self.ops).push((slot, None));
+        // Release: as in attach.
+        self.ops_pending.store(true, Ordering::Release);
+    }
+}
+
+/// A completion queue of the shm provider.
+pub struct ShmCq {
+    sh: Arc<CqShared>,
+    local: Consumer<Completion, Single>,
+    attn: Consumer<u32, Single>,
+    slots: Vec<Option<SlotEntry>>,
+    scan: Vec<u32>,
+    depth: u32,
+}
+
+impl core::fmt::Debug for ShmCq {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ShmCq")
+            .field("id", &self.sh.id)
+            .field("depth", &self.depth)
+            .field("receivers", &self.scan.len())
+            .finish()
+    }
+}
+
+impl ShmCq {
+    pub(crate) fn new(dev: &Arc<DevInner>, depth: u32) -> Result<Self> {
+        if depth == 0 || depth > dev.attr.max_cqe {
+            return Err(FabricError::InvalidArgument {
+                what: "completion queue depth",
+                why: format!("{depth} is outside 1..={}", dev.attr.max_cqe),
+            });
+        }
+        let id = dev.next_id();
+        let db_seg = dev.new_segment(&format!("cq{id}"), size_of::<Doorbell>())?;
+        // SAFETY: the new segment is zeroed, page aligned and big enough; not yet shared.
+        unsafe { (*db_seg.as_ptr().cast::<Doorbell>()).init(dev.ctx_id) };
+        let cap = depth.next_power_of_two() as usize;
+        let ring_err = |e: mempool::ring::RingError| FabricError::InvalidArgument {
+            what: "completion queue depth",
+            why: e.to_string(),
+        };
+        let (ctx, crx) = Ring::<Completion>::mpsc(cap).map_err(ring_err)?;
+        // Queue pairs on this queue are bounded by its depth (each needs at least one entry),
+        // so the attention ring (one entry per queue pair, doubled for slack) is sized by it.
+        let max_slots = cap.clamp(32, DOORBELL_SLOTS);
+        let (atx, arx) = Ring::<u32>::mpsc(2 * max_slots).map_err(ring_err)?;
+        let mut slots = Vec::with_capacity(DOORBELL_SLOTS);
+        slots.resize_with(DOORBELL_SLOTS, || None);
+        Ok(Self {
+            sh: Arc::new(CqShared {
+                _dev: dev.clone(),
+                id,
+                db_seg,
+                tx: Mutex::new((ctx, atx)),
+                ops: Mutex::new(Vec::new()),
+                ops_pending: AtomicBool::new(false),
+                used: Mutex::new(vec![false; DOORBELL_SLOTS]),
+                max_slots,
+            }),
+            local: crx,
+            attn: arx,
+            slots,
+            scan: Vec::with_capacity(DOORBELL_SLOTS),
+            depth,
+        })
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<CqShared> {
+        &self.sh
+    }
+
+    #[cold]
+    fn absorb(&mut self) {
+        // Relaxed clear before taking the list: an op queued after the take sets the flag
+        // again (Release) and is absorbed next time.
+        self.sh.ops_pending.store(false, Ordering::Relaxed);
+        let ops = std::mem::take(&mut *lock(&self.sh.ops));
+        for (slot, e) in ops {
+            let i = slot as usize;
+            match e {
+                Some(e) => {
+                    if e.receives() {
+                        self.scan.push(slot);
+                    }
+                    self.slots[i] = Some(e);
+                    // Look once: work may have arrived before the attach was absorbed.
+                    self.sh.doorbell().ring(slot);
+                }
+                None => {
+                    self.slots[i] = None;
+                    self.scan.retain(|s| *s != slot);
+                    self.sh.release_slot(slot);
+                }
+            }
+        }
+    }
+
+    /// Handles the receive side of `slot`; returns completions written.
+    #[inline]
+    fn service_recv(&mut self, slot: u32, out: &mut [Completion]) -> usize {
+        let (n, more) = match self.slots.get_mut(slot as usize) {
+            Some(Some(SlotEntry::Rc {
+                core,
+                recv: Some(rs),
+                ..
+            })) => core.drain_recv(rs, out),
+            Some(Some(SlotEntry::Ud {
+                core,
+                recv: Some(rs),
+                ..
+            })) => core.drain_recv(rs, out),
+            _ => (0, false),
+        };
+        if more && n == out.len() {
+            // Out of room: look again next poll.
+            self.sh.doorbell().ring(slot);
+        }
+        n
+    }
+
+    /// Handles an attention entry.
+    fn service_attn(&mut self, slot: u32, out: &mut [Completion]) -> usize {
+        let mut busy = false;
+        let mut recv = false;
+        match self.slots.get(slot as usize) {
+            Some(Some(SlotEntry::Rc {
+                core,
+                send,
+                recv: r,
+            })) => {
+                if *send {
+                    core.clear_attn(true);
+                    busy = !core.progress();
+                }
+                if r.is_some() {
+                    core.clear_attn(false);
+                    recv = true;
+                }
+            }
+            Some(Some(SlotEntry::Ud {
+                core,
+                send,
+                recv: r,
+            })) => {
+                if *send {
+                    core.clear_attn(true);
+                    busy = !core.progress();
+                }
+                if r.is_some() {
+                    core.clear_attn(false);
+                    recv = true;
+                }
+            }
+            _ => {}
+        }
+        if busy {
+            self.sh.notify(slot);
+        }
+        if recv {
+            self.service_recv(slot, out)
+        } else {
+            0
+        }
+    }
+}
+
+impl CompletionQueue for ShmCq {
+    fn poll(&mut self, out: &mut [Completion]) -> usize {
+        if out.is_empty() {
+            return 0;
+        }
+        // Acquire: pairs with the Release in attach/detach.
+        if self.sh.ops_pending.load(Ordering::Acquire) {
+            self.absorb();
+        }
+        let mut n = 0;
+        // Attention first: it may produce send completions for the local ring.
+        let k = self.attn.len();
+        for _ in 0..k {
+            let Some(slot) = self.attn.dequeue() else {
+                break;
+            };
+            n += self.service_attn(slot, &mut out[n..]);
+            if n == out.len() {
+                return n;
+            }
+        }
+        n += self.local.dequeue_burst(&mut out[n..]);
+        if n == out.len() {
+            return n;
+        }
+        if self.scan.len() <= SCAN_MAX {
+            for i in 0..self.scan.len() {
+                let slot = self.scan[i];
+                n += self.service_recv(slot, &mut out[n..]);
+                if n == out.len() {
+                    break;
+                }
+            }
+        } else {
+            let sh = self.sh.clone();
+            sh.doorbell().take(|slot| {
+                if n < out.len() {
+                    n += self.service_recv(slot, &mut out[n..]);
+                } else {
+                    sh.doorbell().ring(slot);
+                }
+            });
+        }
+        n
+    }
+
+    fn depth(&self) -> u32 {
+        self.depth
+    }
+}

@@ -1,0 +1,857 @@
+//! Layouts of the structures the shm provider places in shared memory, and the lock-free
+//! protocols on them.
+//!
+//! Every structure here lives in a memfd segment mapped by two or more processes, so each is
+//! `#[repr(C)]`, holds no pointers, and has its size fixed by a compile-time assertion. Every
+//! field another process may access concurrently is an atomic. Segments:
+//!
+//! * **Key table** (one per protection domain; the owner writes, peers read): one
+//!   [`KeyEntry`] per memory region, updated under a seqlock so a reader sees either the old
+//!   or the new registration, never a mix. A key is `generation << 12 | index`; deregistering
+//!   bumps the generation, which revokes every copy of the old key at once.
+//! * **Doorbell** (one per completion queue; peers set bits, the owner clears them): a
+//!   two-level bitmap of the queue pairs that have new inbound work.
+//! * **Queue-pair segment** (one per RC queue pair; the owner and its one peer write
+//!   disjoint fields): the owner's state, its count of posted receives and their lengths
+//!   (the peer's credits), the inbound message slots the peer fills, and the bounce buffer
+//!   that carries SEND payloads.
+//! * **UD segment** (one per UD queue pair; any process may send): a bounded
+//!   multi-producer queue of datagram slots.
+
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+use crossbeam_utils::CachePadded;
+
+/// Magic at the start of every segment: `"DPSHMSEG"`.
+pub(crate) const SEG_MAGIC: u64 = u64::from_le_bytes(*b"DPSHMSEG");
+/// Layout version; bump on any incompatible change.
+pub(crate) const SEG_VERSION: u32 = 1;
+
+/// What a segment holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub(crate) enum SegKind {
+    /// A protection domain's key table.
+    KeyTable = 1,
+    /// A completion queue's doorbell.
+    Doorbell = 2,
+    /// An RC queue pair's inbound side.
+    Qp = 3,
+    /// A UD queue pair's inbound queue.
+    Ud = 4,
+}
+
+/// Common header of every segment.
+#[repr(C)]
+pub(crate) struct SegHeader {
+    /// [`SEG_MAGIC`].
+    pub magic: u64,
+    /// [`SegKind`] as u32.
+    pub kind: u32,
+    /// [`SEG_VERSION`].
+    pub version: u32,
+    /// Total segment length in bytes.
+    pub len: u64,
+    /// Creating context id.
+    pub ctx_id: u32,
+    /// Reserved, zero.
+    pub _reserved: u32,
+}
+const _: () = assert!(size_of::<SegHeader>() == 32);
+
+impl SegHeader {
+    pub(crate) fn new(kind: SegKind, len: usize, ctx_id: u32) -> Self {
+        Self {
+            magic: SEG_MAGIC,
+            kind: kind as u32,
+            version: SEG_VERSION,
+            len: len as u64,
+            ctx_id,
+            _reserved: 0,
+        }
+    }
+
+    /// Checks a peer's header: magic, version, kind and that the mapping covers `len`.
+    pub(crate) fn check(&self, kind: SegKind, mapped: usize) -> Result<(), &'static str> {
+        if self.magic != SEG_MAGIC {
+            return Err("peer segment has a bad magic number");
+        }
+        if self.version != SEG_VERSION {
+            return Err("peer segment has an unsupported layout version");
+        }
+        if self.kind != kind as u32 {
+            return Err("peer segment is of the wrong kind");
+        }
+        if self.len as usize > mapped {
+            return Err("peer segment is larger than its memfd");
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Key table
+// ---------------------------------------------------------------------------------------
+
+/// Memory-region slots per protection domain.
+pub(crate) const KEY_SLOTS: usize = 4096;
+/// Bits of a key that index the table.
+pub(crate) const KEY_INDEX_BITS: u32 = 12;
+const KEY_INDEX_MASK: u32 = (1 << KEY_INDEX_BITS) - 1;
+
+/// One registration. Written only by the owning process under its protection-domain lock.
+#[repr(C, align(64))]
+pub(crate) struct KeyEntry {
+    /// Seqlock: odd while the owner rewrites the entry.
+    seq: AtomicU64,
+    /// The key (`generation << 12 | index`), 0 when the slot is free.
+    key: AtomicU32,
+    /// [`Access`](dp_fabric::Access) bits.
+    access: AtomicU32,
+    /// Slot of the containing region in the owner's export table (`u32::MAX`: not
+    /// exported, local only).
+    region_slot: AtomicU32,
+    _pad: u32,
+    /// Virtual address of the first byte in the owner's address space.
+    base: AtomicU64,
+    /// Length in bytes.
+    len: AtomicU64,
+    /// Offset of the first byte within the exported region.
+    region_off: AtomicU64,
+}
+const _: () = assert!(size_of::<KeyEntry>() == 64);
+
+/// A consistent copy of one [`KeyEntry`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct KeySnap {
+    pub key: u32,
+    pub access: u32,
+    pub region_slot: u32,
+    pub base: u64,
+    pub len: u64,
+    pub region_off: u64,
+}
+
+impl KeySnap {
+    /// True if `[addr, addr + len)` lies inside the registration.
+    #[inline]
+    pub(crate) fn covers(&self, addr: u64, len: u64) -> bool {
+        addr >= self.base
+            && addr
+                .checked_add(len)
+                .is_some_and(|end| end <= self.base + self.len)
+    }
+}
+
+/// The key table: header plus [`KEY_SLOTS`] entries.
+#[repr(C)]
+pub(crate) struct KeyTable {
+    pub hdr: SegHeader,
+    _pad: [u8; 32],
+    entries: [KeyEntry; KEY_SLOTS],
+}
+const _: () = assert!(size_of::<KeyTable>() == 64 + 64 * KEY_SLOTS);
+
+/// Splits a key into (index, generation).
+#[inline]
+pub(crate) const fn key_parts(key: u32) -> (usize, u32) {
+    ((key & KEY_INDEX_MASK) as usize, key >> KEY_INDEX_BITS)
+}
+
+/// Builds a key; generation 0 is never used so no valid key is 0.
+#[inline]
+pub(crate) const fn make_key(index: usize, generation: u32) -> u32 {
+    (generation << KEY_INDEX_BITS) | index as u32
+}
+
+impl KeyTable {
+    /// Writes a fresh header into zeroed memory.
+    pub(crate) fn init(&mut self, ctx_id: u32) {
+        self.hdr = SegHeader::new(SegKind::KeyTable, size_of::<Self>(), ctx_id);
+    }
+
+    /// Reads the registration `key` names, or `None` if the key is not (or no longer)
+    /// registered. Never blocks: an entry being rewritten at this instant reads as invalid,
+    /// which is what it is.
+    #[inline]
+    pub(crate) fn lookup(&self, key: u32) -> Option<KeySnap> {
+        let (idx, generation) = key_parts(key);
+        if generation == 0 {
+            return None;
+        }
+        let e = self.entries.get(idx)?;
+        for _ in 0..4 {
+            // K1: Acquire, pairs with K4 in `publish`/`revoke`: the fields read below are
+            // at least as new as this sequence value.
+            let s1 = e.seq.load(Ordering::Acquire);
+            if s1 & 1 == 1 {
+                return None;
+            }
+            // Relaxed: the seqlock (K1..K3) decides whether these reads are consistent.
+            let snap = KeySnap {
+                key: e.key.load(Ordering::Relaxed),
+                access: e.access.load(Ordering::Relaxed),
+                region_slot: e.region_slot.load(Ordering::Relaxed),
+                base: e.base.load(Ordering::Relaxed),
+                len: e.len.load(Ordering::Relaxed),
+                region_off: e.region_off.load(Ordering::Relaxed),
+            };
+            // K2: Acquire fence: orders the field reads before the re-read of `seq` (K3).
+            fence(Ordering::Acquire);
+            // K3: Relaxed re-read; if unchanged no write overlapped the reads.
+            if e.seq.load(Ordering::Relaxed) == s1 {
+                return (snap.key == key).then_some(snap);
+            }
+        }
+        None
+    }
+
+    /// Writes a registration into slot `idx`. Only the owner calls this, serialised by its
+    /// protection-domain lock.
+    pub(crate) fn publish(&self, idx: usize, snap: &KeySnap) {
+        let e = &self.entries[idx];
+        let s = e.seq.load(Ordering::Relaxed);
+        // Relaxed store of the odd value, then K5: Release fence so no field write below
+        // becomes visible before the odd sequence (pairs with K2 in `lookup`).
+        e.seq.store(s | 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        e.key.store(snap.key, Ordering::Relaxed);
+        e.access.store(snap.access, Ordering::Relaxed);
+        e.region_slot.store(snap.region_slot, Ordering::Relaxed);
+        e.base.store(snap.base, Ordering::Relaxed);
+        e.len.store(snap.len, Ordering::Relaxed);
+        e.region_off.store(snap.region_off, Ordering::Relaxed);
+        // K4: Release, pairs with K1 in `lookup`: publishes the fields with an even value.
+        e.seq.store((s | 1) + 1, Ordering::Release);
+    }
+
+    /// Invalidates slot `idx`: every key naming it stops working at once.
+    pub(crate) fn revoke(&self, idx: usize) {
+        let e = &self.entries[idx];
+        let s = e.seq.load(Ordering::Relaxed);
+        e.seq.store(s | 1, Ordering::Relaxed);
+        fence(Ordering::Release); // K5, as in `publish`.
+        e.key.store(0, Ordering::Relaxed);
+        // K4: Release, pairs with K1.
+        e.seq.store((s | 1) + 1, Ordering::Release);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Doorbell
+// ---------------------------------------------------------------------------------------
+
+/// Queue-pair slots per completion queue.
+pub(crate) const DOORBELL_SLOTS: usize = 4096;
+
+/// A completion queue's doorbell: bit `i` of word `i / 64` says queue pair slot `i` has new
+/// inbound work; bit `w` of `summary` says word `w` may be non-zero.
+#[repr(C)]
+pub(crate) struct Doorbell {
+    pub hdr: SegHeader,
+    _pad: [u8; 96],
+    summary: CachePadded<AtomicU64>,
+    words: [AtomicU64; DOORBELL_SLOTS / 64],
+}
+const _: () = assert!(size_of::<Doorbell>() == 128 + 128 + 8 * (DOORBELL_SLOTS / 64));
+
+impl Doorbell {
+    /// Writes a fresh header into zeroed memory.
+    pub(crate) fn init(&mut self, ctx_id: u32) {
+        self.hdr = SegHeader::new(SegKind::Doorbell, size_of::<Self>(), ctx_id);
+    }
+
+    /// Marks `slot` as having work. Call after publishing the work (Release).
+    ///
+    /// Correctness rests on read-modify-writes of one word being totally ordered: either
+    /// this `fetch_or` precedes the owner's `swap` of the word (which then sees the bit and,
+    /// through D1/D2, the work), or it follows it and finds the word empty, in which case it
+    /// also sets the summary bit for the next `take`.
+    #[inline]
+    pub(crate) fn ring(&self, slot: u32) {
+        let w = (slot / 64) as usize % self.words.len();
+        let bit = 1u64 << (slot % 64);
+        // D1: AcqRel RMW; the Release half pairs with D3 in `take` and publishes the work
+        // written before this call.
+        let prev = self.words[w].fetch_or(bit, Ordering::AcqRel);
+        if prev == 0 {
+            // D2: Release, pairs with D4 in `take`.
+            self.summary.fetch_or(1 << w, Ordering::Release);
+        }
+    }
+
+    /// Takes every set bit, calling `f(slot)` for each.
+    #[inline]
+    pub(crate) fn take(&self, mut f: impl FnMut(u32)) {
+        // Relaxed pre-check: a stale zero only delays work to the next call; bits stay set.
+        if self.summary.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        // D4: Acquire, pairs with D2.
+        let mut s = self.summary.swap(0, Ordering::Acquire);
+        while s != 0 {
+            let w = s.trailing_zeros() as usize;
+            s &= s - 1;
+            // D3: Acquire, pairs with D1: the work of every bit taken here is visible.
+            let mut bits = self.words[w].swap(0, Ordering::Acquire);
+            while bits != 0 {
+                let b = bits.trailing_zeros();
+                bits &= bits - 1;
+                f(w as u32 * 64 + b);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Queue-pair segment
+// ---------------------------------------------------------------------------------------
+
+/// Kinds of inbound message.
+pub(crate) mod inbound_kind {
+    /// SEND; payload in the bounce buffer.
+    pub(crate) const SEND: u32 = 1;
+    /// SEND with immediate.
+    pub(crate) const SEND_IMM: u32 = 2;
+    /// RDMA WRITE with immediate; data already placed.
+    pub(crate) const WRITE_IMM: u32 = 3;
+    /// The peer found our receive too short for its SEND: fail that receive.
+    pub(crate) const LEN_ERR: u32 = 4;
+}
+
+/// One inbound message slot. The peer fills it and publishes it by storing `seq`.
+#[repr(C, align(32))]
+pub(crate) struct InboundSlot {
+    /// Message number + 1 once published (0: never used).
+    seq: AtomicU64,
+    kind: AtomicU32,
+    imm: AtomicU32,
+    /// Payload length.
+    len: AtomicU32,
+    /// 1 if `imm` is valid.
+    has_imm: AtomicU32,
+    /// Bounce-buffer position just past the payload (SEND only).
+    bounce_end: AtomicU64,
+}
+const _: () = assert!(size_of::<InboundSlot>() == 32);
+
+/// A published inbound message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Inbound {
+    pub kind: u32,
+    pub imm: Option<u32>,
+    pub len: u32,
+    pub bounce_end: u64,
+}
+
+/// Fixed part of a queue-pair segment.
+#[repr(C)]
+pub(crate) struct QpSegHeader {
+    pub hdr: SegHeader,
+    /// Queue pair number.
+    pub qpn: u32,
+    /// Capacity of the posted-receive length ring and of the inbound slot ring (a power of
+    /// two, at least `max_recv_wr`).
+    pub rq_cap: u32,
+    /// Bounce buffer bytes.
+    pub bounce_len: u32,
+    _r: u32,
+    _pad: [u8; 80],
+    /// The owner's [`QpState`](dp_fabric::QpState) as raw value. Owner writes.
+    pub state: CachePadded<AtomicU32>,
+    /// Set by the peer when it detected a remote access or length violation that moves
+    /// this queue pair to the error state (nonzero = status raw value).
+    pub fault: CachePadded<AtomicU32>,
+    /// Receives posted, ever. Owner writes; the peer's credit.
+    pub rq_posted: CachePadded<AtomicU64>,
+    /// Bounce bytes consumed, ever. Owner writes.
+    pub bounce_tail: CachePadded<AtomicU64>,
+}
+const _: () = assert!(size_of::<QpSegHeader>() == 128 + 4 * 128);
+
+/// Offsets inside a queue-pair segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct QpSegLayout {
+    pub rq_cap: u32,
+    pub bounce_len: u32,
+    pub rq_len_off: usize,
+    pub slots_off: usize,
+    pub bounce_off: usize,
+    pub total: usize,
+}
+
+impl QpSegLayout {
+    /// Layout for `rq_cap` (power of two) receives and `bounce_len` bounce bytes.
+    pub(crate) fn new(rq_cap: u32, bounce_len: u32) -> Self {
+        debug_assert!(rq_cap.is_power_of_two());
+        let rq_len_off = size_of::<QpSegHeader>();
+        let slots_off = (rq_len_off + 4 * rq_cap as usize).next_multiple_of(128);
+        let bounce_off =
+            (slots_off + size_of::<InboundSlot>() * rq_cap as usize).next_multiple_of(4096);
+        let total = (bounce_off + bounce_len as usize).next_multiple_of(4096);
+        Self {
+            rq_cap,
+            bounce_len,
+            rq_len_off,
+            slots_off,
+            bounce_off,
+            total,
+        }
+    }
+}
+
+/// Typed access to a mapped queue-pair segment.
+///
+/// Holds raw pointers into a mapping kept alive by whoever owns the view.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct QpSegView {
+    base: *mut u8,
+    pub layout: QpSegLayout,
+}
+
+// SAFETY: the view only reaches shared memory through atomics or through byte copies whose
+// ordering the protocol establishes (bounce payloads are written before the Release store
+// of the slot that names them and read after the matching Acquire load).
+unsafe impl Send for QpSegView {}
+// SAFETY: as above.
+unsafe impl Sync for QpSegView {}
+
+impl QpSegView {
+    /// Formats zeroed memory of at least `layout.total` bytes.
+    ///
+    /// # Safety
+    /// `base` must point to `layout.total` writable, zero-filled bytes, 4096-aligned, that
+    /// stay mapped for the life of every view made from them.
+    pub(crate) unsafe fn init(base: *mut u8, layout: QpSegLayout, qpn: u32, ctx_id: u32) -> Self {
+        let h = base.cast::<QpSegHeader>();
+        // SAFETY: the caller guarantees base is valid, aligned and large enough; the
+        // memory is not yet shared, so plain writes are fine.
+        unsafe {
+            (&raw mut (*h).hdr).write(SegHeader::new(SegKind::Qp, layout.total, ctx_id));
+            (&raw mut (*h).qpn).write(qpn);
+            (&raw mut (*h).rq_cap).write(layout.rq_cap);
+            (&raw mut (*h).bounce_len).write(layout.bounce_len);
+        }
+        Self { base, layout }
+    }
+
+    /// Validates and views a peer's segment.
+    ///
+    /// # Safety
+    /// `base` must point to `mapped` readable and writable bytes, 4096-aligned, that stay
+    /// mapped for the life of the view.
+    pub(crate) unsafe fn attach(base: *mut u8, mapped: usize) -> Result<Self, &'static str> {
+        if mapped < size_of::<QpSegHeader>() {
+            return Err("peer queue-pair segment too small");
+        }
+        // SAFETY: at least a header's worth of bytes is mapped (checked above).
+        let h = unsafe { &*base.cast::<QpSegHeader>() };
+        h.hdr.check(SegKind::Qp, mapped)?;
+        let rq_cap = h.rq_cap;
+        let bounce_len = h.bounce_len;
+        if !rq_cap.is_power_of_two() || rq_cap > 1 << 20 || bounce_len > 1 << 30 {
+            return Err("peer queue-pair segment has impossible sizes");
+        }
+        let layout = QpSegLayout::new(rq_cap, bounce_len);
+        if layout.total > mapped || layout.total as u64 != h.hdr.len {
+            return Err("peer queue-pair segment length does not match its sizes");
+        }
+        Ok(Self { base, layout })
+    }
+
+    #[inline]
+    pub(crate) fn header(&self) -> &QpSegHeader {
+        // SAFETY: base points at a validated, mapped header (init/attach).
+        unsafe { &*self.base.cast::<QpSegHeader>() }
+    }
+
+    #[inline]
+    fn rq_len(&self, i: u64) -> &AtomicU32 {
+        let i = (i & u64::from(self.layout.rq_cap - 1)) as usize;
+        // SAFETY: i < rq_cap, so the element lies inside the rq_len array of the segment.
+        unsafe {
+            &*self
+                .base
+                .add(self.layout.rq_len_off)
+                .cast::<AtomicU32>()
+                .add(i)
+        }
+    }
+
+    #[inline]
+    fn slot(&self, n: u64) -> &InboundSlot {
+        let i = (n & u64::from(self.layout.rq_cap - 1)) as usize;
+        // SAFETY: i < rq_cap, so the slot lies inside the slot array of the segment.
+        unsafe {
+            &*self
+                .base
+                .add(self.layout.slots_off)
+                .cast::<InboundSlot>()
+                .add(i)
+        }
+    }
+
+    /// Owner: records receive number `n`'s total length, then makes `n + 1` receives
+    /// visible to the peer.
+    #[inline]
+    pub(crate) fn publish_recv(&self, n: u64, len: u32) {
+        // Relaxed: published by Q1 below.
+        self.rq_len(n).store(len, Ordering::Relaxed);
+        // Q1: Release, pairs with Q2 in `peer_credit`: the length and the local receive
+        // entry are written before the peer can use the credit.
+        self.header().rq_posted.store(n + 1, Ordering::Release);
+    }
+
+    /// Peer: receives posted so far.
+    #[inline]
+    pub(crate) fn peer_credit(&self) -> u64 {
+        // Q2: Acquire, pairs with Q1.
+        self.header().rq_posted.load(Ordering::Acquire)
+    }
+
+    /// Peer: total length of receive number `n` (valid once `n < peer_credit()`).
+    #[inline]
+    pub(crate) fn recv_len(&self, n: u64) -> u32 {
+        // Relaxed: ordered by Q2.
+        self.rq_len(n).load(Ordering::Relaxed)
+    }
+
+    /// Peer: publishes inbound message number `n` (which must be below the credit).
+    #[inline]
+    pub(crate) fn push(&self, n: u64, m: &Inbound) {
+        let s = self.slot(n);
+        // Relaxed field writes, published by Q3.
+        s.kind.store(m.kind, Ordering::Relaxed);
+        s.imm.store(m.imm.unwrap_or(0), Ordering::Relaxed);
+        s.has_imm
+            .store(u32::from(m.imm.is_some()), Ordering::Relaxed);
+        s.len.store(m.len, Ordering::Relaxed);
+        s.bounce_end.store(m.bounce_end, Ordering::Relaxed);
+        // Q3: Release, pairs with Q4 in `pop`: the fields, the bounce payload and any RDMA
+        // WRITE data placed before this call are visible to the owner.
+        s.seq.store(n + 1, Ordering::Release);
+    }
+
+    /// Owner: inbound message number `n`, if published.
+    #[inline]
+    pub(crate) fn pop(&self, n: u64) -> Option<Inbound> {
+        let s = self.slot(n);
+        // Q4: Acquire, pairs with Q3.
+        if s.seq.load(Ordering::Acquire) != n + 1 {
+            return None;
+        }
+        // Relaxed: ordered by Q4.
+        let has_imm = s.has_imm.load(Ordering::Relaxed) != 0;
+        let imm = s.imm.load(Ordering::Relaxed);
+        Some(Inbound {
+            kind: s.kind.load(Ordering::Relaxed),
+            imm: has_imm.then_some(imm),
+            len: s.len.load(Ordering::Relaxed),
+            bounce_end: s.bounce_end.load(Ordering::Relaxed),
+        })
+    }
+
+    /// Owner: true if message `n` is published (cheap poll, used by scan mode).
+    #[inline]
+    pub(crate) fn has(&self, n: u64) -> bool {
+        // Relaxed: a hint only; `pop` re-reads with Acquire.
+        self.slot(n).seq.load(Ordering::Relaxed) == n + 1
+    }
+
+    /// Pointer to bounce byte `pos % bounce_len`.
+    #[inline]
+    pub(crate) fn bounce_ptr(&self, pos: u64) -> *mut u8 {
+        let off = (pos % u64::from(self.layout.bounce_len.max(1))) as usize;
+        // SAFETY: off < bounce_len, inside the bounce area of the segment.
+        unsafe { self.base.add(self.layout.bounce_off + off) }
+    }
+
+    /// Peer: reserves `len` contiguous bounce bytes after `head`; returns the start
+    /// position, or `None` if the owner has not freed enough yet.
+    #[inline]
+    pub(crate) fn bounce_reserve(&self, head: u64, len: u32) -> Option<u64> {
+        let cap = u64::from(self.layout.bounce_len);
+        let len = u64::from(len);
+        if len > cap {
+            return None;
+        }
+        let off = head % cap;
+        let start = if off + len > cap {
+            head + (cap - off)
+        } else {
+            head
+        };
+        // Q5: Acquire, pairs with Q6 in `bounce_release`: the owner finished reading the
+        // bytes we are about to overwrite.
+        let tail = self.header().bounce_tail.load(Ordering::Acquire);
+        (start + len - tail <= cap).then_some(start)
+    }
+
+    /// Owner: frees bounce bytes up to `end`.
+    #[inline]
+    pub(crate) fn bounce_release(&self, end: u64) {
+        // Q6: Release, pairs with Q5.
+        self.header().bounce_tail.store(end, Ordering::Release);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// UD segment
+// ---------------------------------------------------------------------------------------
+
+/// Largest UD payload (the path MTU the shm provider reports).
+pub(crate) const UD_MTU: usize = 4096;
+
+/// Fixed part of a UD segment.
+#[repr(C)]
+pub(crate) struct UdSegHeader {
+    pub hdr: SegHeader,
+    pub qpn: u32,
+    pub qkey: u32,
+    /// Slots (power of two).
+    pub nslots: u32,
+    _r: u32,
+    _pad: [u8; 80],
+    /// Next position to reserve. Senders CAS.
+    pub enq: CachePadded<AtomicU64>,
+    /// The owner's state (raw QpState); senders drop datagrams to a dead queue pair.
+    pub state: CachePadded<AtomicU32>,
+    /// Posted receives not yet claimed by a datagram. The owner adds; a sender claims one
+    /// before it enqueues, so a datagram that arrives with no receive posted is dropped at
+    /// once, as on hardware.
+    pub rq_avail: CachePadded<AtomicU64>,
+}
+const _: () = assert!(size_of::<UdSegHeader>() == 128 + 3 * 128);
+
+/// One datagram slot header; the payload follows in the same slot.
+#[repr(C, align(64))]
+pub(crate) struct UdSlotHdr {
+    /// Vyukov sequence: `pos` free for position `pos`, `pos + 1` published, and
+    /// `pos + nslots` consumed (free for the next lap).
+    seq: AtomicU64,
+    src_qpn: AtomicU32,
+    qkey: AtomicU32,
+    len: AtomicU32,
+    imm: AtomicU32,
+    has_imm: AtomicU32,
+}
+const _: () = assert!(size_of::<UdSlotHdr>() == 64);
+
+const UD_SLOT_STRIDE: usize = 64 + UD_MTU;
+
+/// Bytes of a UD segment with `nslots` slots.
+pub(crate) const fn ud_seg_len(nslots: u32) -> usize {
+    (size_of::<UdSegHeader>() + UD_SLOT_STRIDE * nslots as usize).next_multiple_of(4096)
+}
+
+/// A received datagram's metadata.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct UdMsg {
+    pub src_qpn: u32,
+    pub qkey: u32,
+    pub len: u32,
+    pub imm: Option<u32>,
+}
+
+/// Typed access to a mapped UD segment.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct UdSegView {
+    base: *mut u8,
+    nslots: u32,
+}
+
+// SAFETY: shared fields are atomics; payload bytes are ordered by the slot sequence (U1/U2).
+unsafe impl Send for UdSegView {}
+// SAFETY: as above.
+unsafe impl Sync for UdSegView {}
+
+impl UdSegView {
+    /// Formats zeroed memory.
+    ///
+    /// # Safety
+    /// `base` must point to `ud_seg_len(nslots)` writable zeroed bytes, 4096-aligned, that
+    /// stay mapped for the life of every view.
+    pub(crate) unsafe fn init(
+        base: *mut u8,
+        nslots: u32,
+        qpn: u32,
+        qkey: u32,
+        ctx_id: u32,
+    ) -> Self {
+        debug_assert!(nslots.is_power_of_two());
+        let h = base.cast::<UdSegHeader>();
+        // SAFETY: valid, aligned, not yet shared (caller's contract).
+        unsafe {
+            (&raw mut (*h).hdr).write(SegHeader::new(SegKind::Ud, ud_seg_len(nslots), ctx_id));
+            (&raw mut (*h).qpn).write(qpn);
+            (&raw mut (*h).qkey).write(qkey);
+            (&raw mut (*h).nslots).write(nslots);
+        }
+        let v = Self { base, nslots };
+        for i in 0..nslots {
+            // Relaxed: not yet shared.
+            v.slot(u64::from(i))
+                .seq
+                .store(u64::from(i), Ordering::Relaxed);
+        }
+        v
+    }
+
+    /// Validates and views a peer's segment.
+    ///
+    /// # Safety
+    /// `base` must point to `mapped` readable/writable bytes that stay mapped for the life
+    /// of the view.
+    pub(crate) unsafe fn attach(base: *mut u8, mapped: usize) -> Result<Self, &'static str> {
+        if mapped < size_of::<UdSegHeader>() {
+            return Err("peer UD segment too small");
+        }
+        // SAFETY: a header's worth of bytes is mapped.
+        let h = unsafe { &*base.cast::<UdSegHeader>() };
+        h.hdr.check(SegKind::Ud, mapped)?;
+        let nslots = h.nslots;
+        if !nslots.is_power_of_two() || nslots > 1 << 16 || ud_seg_len(nslots) > mapped {
+            return Err("peer UD segment has impossible sizes");
+        }
+        Ok(Self { base, nslots })
+    }
+
+    #[inline]
+    pub(crate) fn header(&self) -> &UdSegHeader {
+        // SAFETY: validated at init/attach.
+        unsafe { &*self.base.cast::<UdSegHeader>() }
+    }
+
+    #[inline]
+    fn slot(&self, pos: u64) -> &UdSlotHdr {
+        let i = (pos & u64::from(self.nslots - 1)) as usize;
+        // SAFETY: i < nslots; the slot lies inside the segment.
+        unsafe {
+            &*self
+                .base
+                .add(size_of::<UdSegHeader>() + i * UD_SLOT_STRIDE)
+                .cast::<UdSlotHdr>()
+        }
+    }
+
+    #[inline]
+    fn payload(&self, pos: u64) -> *mut u8 {
+        (self.slot(pos) as *const UdSlotHdr as *mut u8).wrapping_add(64)
+    }
+
+    /// Owner: `n` more receives are posted.
+    pub(crate) fn add_recv(&self, n: u64) {
+        // U4: Release, pairs with U5: the receive is queued locally before it is claimable.
+        self.header().rq_avail.fetch_add(n, Ordering::Release);
+    }
+
+    /// Sender: claims one posted receive; false if none is posted.
+    pub(crate) fn claim_recv(&self) -> bool {
+        let a = &self.header().rq_avail;
+        // Relaxed first read; the CAS below validates it.
+        let mut cur = a.load(Ordering::Relaxed);
+        while cur > 0 {
+            // U5: Acquire on success, pairs with U4.
+            match a.compare_exchange_weak(cur, cur - 1, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(v) => cur = v,
+            }
+        }
+        false
+    }
+
+    /// Sender: returns a claimed receive it could not use.
+    pub(crate) fn unclaim_recv(&self) {
+        // Relaxed: the count only ever gates claims, which re-synchronise through U4/U5.
+        self.header().rq_avail.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Sender: enqueues one datagram assembled by `fill(dst)` (which writes `len` bytes).
+    /// Returns false (datagram dropped) if the queue is full or the datagram too long.
+    pub(crate) fn send(&self, meta: &UdMsg, fill: impl FnOnce(*mut u8)) -> bool {
+        if meta.len as usize > UD_MTU {
+            return false;
+        }
+        let h = self.header();
+        // Relaxed: a starting guess; the CAS below validates it.
+        let mut pos = h.enq.load(Ordering::Relaxed);
+        loop {
+            let s = self.slot(pos);
+            // U0: Acquire, pairs with U3 in `recv`: the owner is done with the slot's
+            // previous contents.
+            let seq = s.seq.load(Ordering::Acquire);
+            if seq == pos {
+                // Relaxed CAS: the slot itself is published by U1.
+                match h.enq.compare_exchange_weak(
+                    pos,
+                    pos + 1,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => break,
+                    Err(p) => pos = p,
+                }
+            } else if seq < pos {
+                return false; // full: the owner has not consumed this slot's last lap
+            } else {
+                pos = h.enq.load(Ordering::Relaxed);
+            }
+        }
+        let s = self.slot(pos);
+        s.src_qpn.store(meta.src_qpn, Ordering::Relaxed);
+        s.qkey.store(meta.qkey, Ordering::Relaxed);
+        s.len.store(meta.len, Ordering::Relaxed);
+        s.imm.store(meta.imm.unwrap_or(0), Ordering::Relaxed);
+        s.has_imm
+            .store(u32::from(meta.imm.is_some()), Ordering::Relaxed);
+        fill(self.payload(pos));
+        // U1: Release CAS, pairs with U2: publishes fields and payload. A CAS rather than a
+        // store so a slot the owner skipped (we stalled too long) is not resurrected.
+        s.seq
+            .compare_exchange(pos, pos + 1, Ordering::Release, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Owner: the datagram at position `pos`, copied out with `take(src, meta)`, then the
+    /// slot is freed. `None` if nothing is published there yet.
+    pub(crate) fn recv(&self, pos: u64, take: impl FnOnce(*const u8, &UdMsg)) -> Option<()> {
+        let s = self.slot(pos);
+        // U2: Acquire, pairs with U1.
+        if s.seq.load(Ordering::Acquire) != pos + 1 {
+            return None;
+        }
+        let has_imm = s.has_imm.load(Ordering::Relaxed) != 0;
+        let meta = UdMsg {
+            src_qpn: s.src_qpn.load(Ordering::Relaxed),
+            qkey: s.qkey.load(Ordering::Relaxed),
+            len: s.len.load(Ordering::Relaxed).min(UD_MTU as u32),
+            imm: has_imm.then(|| s.imm.load(Ordering::Relaxed)),
+        };
+        take(self.payload(pos), &meta);
+        // U3: Release, pairs with U0: we are done reading the slot.
+        s.seq.store(pos + u64::from(self.nslots), Ordering::Release);
+        Some(())
+    }
+
+    /// Owner: true if position `pos` was reserved by a sender that has not published it
+    /// (possibly a sender that died mid-copy).
+    pub(crate) fn reserved_unpublished(&self, pos: u64) -> bool {
+        let h = self.header();
+        // Relaxed: diagnostic; `skip` settles the race with a CAS.
+        h.enq.load(Ordering::Relaxed) > pos && self.slot(pos).seq.load(Ordering::Relaxed) == pos
+    }
+
+    /// Owner: gives up on a reserved slot whose sender never published it, so the queue
+    /// cannot wedge behind a dead sender. The late sender's publish then fails (U1).
+    pub(crate) fn skip(&self, pos: u64) -> bool {
+        // U3': Release, same role as U3.
+        self.slot(pos)
+            .seq
+            .compare_exchange(
+                pos,
+                pos + u64::from(self.nslots),
+                Ordering::Release,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+}

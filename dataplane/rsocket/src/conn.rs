@@ -1,0 +1,1089 @@
+//! The rsocket stream protocol as a sans-IO state machine.
+//!
+//! [`StreamConn`] holds every counter of librdmacm's `struct rsocket` data path and applies
+//! its rules (see `shared/reference/rsocket.md` section 3), but performs no I/O: memory
+//! accesses and work requests go through an [`RsIo`] the caller supplies, completions come
+//! in through [`StreamConn::handle_completion`], and time through
+//! [`StreamConn::handle_timeout`]. The real socket layer implements `RsIo` over a fabric
+//! queue pair and registered memory; the simulator in [`super::sim`] implements it over
+//! plain vectors with virtual time.
+//!
+//! # Method groups (quinn-proto's taxonomy)
+//!
+//! * getters: [`readiness`](StreamConn::readiness), [`is_connected`](StreamConn::is_connected), ...
+//! * inputs: [`establish`](StreamConn::establish), [`handle_completion`](StreamConn::handle_completion),
+//!   [`handle_timeout`](StreamConn::handle_timeout), [`peer_gone`](StreamConn::peer_gone);
+//! * application commands: [`send`](StreamConn::send), [`recv`](StreamConn::recv),
+//!   [`shutdown`](StreamConn::shutdown), [`iomap`](StreamConn::iomap), [`iowrite`](StreamConn::iowrite);
+//! * outputs: after a batch of completions call [`after_completions`](StreamConn::after_completions)
+//!   (re-posts receives and returns credits); [`poll_timeout`](StreamConn::poll_timeout) says
+//!   when to call `handle_timeout`.
+//!
+//! Credits must flow as soon as the application frees half the receive buffer or half the
+//! message ring, or senders stall: the socket layer calls `after_completions` on every
+//! progress pass, including right after `recv`.
+//!
+//! # Differences from librdmacm (its known bugs, fixed)
+//!
+//! * Publishing an iomap entry does not consume a stream credit (librdmacm increments
+//!   `sseq_no` but the receiver never counts it, leaking one credit per `riomap`).
+//! * `riowrite` needs a send slot and send-buffer space, not a stream credit and a target
+//!   SGE; a write that crosses into an adjacent mapping is looked up again instead of
+//!   spinning on zero-byte chunks; a write whose first byte is unmapped fails with `EINVAL`
+//!   instead of returning 0 with no error.
+//! * A transport error reads as `ECONNRESET` once queued data is drained, not as end of
+//!   file; `SO_ERROR` still reports `EIO`.
+//! * The byte-swap decision is kept apart from the other options (librdmacm's
+//!   `opts = RS_OPT_SWAP_SGL` clobbered them).
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use lcore::time::Instant;
+
+use crate::error::RsError;
+use crate::wire::{
+    ConnDataRepr, HOST_BIG_ENDIAN, RS_SGL_SIZE, RsCtrl, RsIomap, RsMsg, RsOp, RsSge,
+};
+use dp_fabric::{Completion, PostError, RemoteAddr};
+
+/// First chunk of a send; chunks double up to [`RS_MAX_TRANSFER`].
+pub const RS_OLAP_START_SIZE: u32 = 2048;
+/// Largest chunk.
+pub const RS_MAX_TRANSFER: u32 = 65536;
+/// Send-buffer space needed before a send may start (also the datagram slot size).
+pub const RS_SNDLOWAT: u32 = 2048;
+/// Smallest queue size.
+pub const RS_QP_MIN_SIZE: u32 = 16;
+/// Largest queue size and inline size.
+pub const RS_QP_MAX_SIZE: u32 = 0xFFFE;
+/// Send slots reserved for control messages.
+pub const RS_QP_CTRL_SIZE: u32 = 4;
+/// Bytes of one control bounce slot.
+pub const RS_MAX_CTRL_MSG: u32 = 16;
+/// Bytes after the send buffer used as control bounce slots (when inline < 16).
+pub const CTRL_AREA: u32 = RS_QP_CTRL_SIZE * RS_MAX_CTRL_MSG;
+/// Bit of a work-request id that marks a receive.
+pub const WR_RECV: u64 = 1 << 63;
+
+/// The buffers of one stream socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Buf {
+    /// Send bounce ring (`sbuf_size` bytes, then [`CTRL_AREA`] bytes of control slots).
+    Sbuf,
+    /// Receive ring, remote-writable (`rbuf_size` bytes).
+    Rbuf,
+    /// Target list, remote-writable: 2 target SGEs then the iomap table.
+    Target,
+}
+
+/// A segment of a local buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seg {
+    /// Which buffer.
+    pub buf: Buf,
+    /// Offset.
+    pub off: u32,
+    /// Length.
+    pub len: u32,
+}
+
+/// Where a request's payload comes from.
+#[derive(Clone, Copy, Debug)]
+pub enum Local<'a> {
+    /// No payload.
+    Empty,
+    /// Inline bytes.
+    Inline(&'a [u8]),
+    /// One or two buffer segments (two when the send ring wraps).
+    Segs(Seg, Option<Seg>),
+}
+
+/// What the state machine asks to post.
+#[derive(Clone, Copy, Debug)]
+pub struct RsWr<'a> {
+    /// Internal id: `op << 32 | data`.
+    pub wr_id: u64,
+    /// RDMA WRITE with this immediate (`Some`), or plain RDMA WRITE.
+    pub imm: Option<u32>,
+    /// Destination in the peer's memory.
+    pub remote: RemoteAddr,
+    /// Source.
+    pub local: Local<'a>,
+}
+
+/// Memory and work-request access the state machine needs.
+pub trait RsIo {
+    /// Reads `dst.len()` bytes of `buf` at `off`.
+    fn read(&self, buf: Buf, off: u32, dst: &mut [u8]);
+    /// Writes `src` into `buf` at `off`.
+    fn write(&mut self, buf: Buf, off: u32, src: &[u8]);
+    /// Posts a send work request (signalled).
+    ///
+    /// # Errors
+    /// The provider's refusal.
+    fn post_send(&mut self, wr: &RsWr<'_>) -> Result<(), PostError>;
+    /// Posts one receive without buffers (rsocket receives only catch immediates).
+    ///
+    /// # Errors
+    /// The provider's refusal.
+    fn post_recv(&mut self, wr_id: u64) -> Result<(), PostError>;
+}
+
+/// Sizes of one stream connection (effective values, after clamping).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamConfig {
+    /// Send queue size (`RDMA_SQSIZE`).
+    pub sq_size: u32,
+    /// Receive queue size (`RDMA_RQSIZE`); also the credits granted to the peer.
+    pub rq_size: u32,
+    /// Send buffer bytes.
+    pub sbuf_size: u32,
+    /// Receive buffer bytes (even).
+    pub rbuf_size: u32,
+    /// Largest inline payload (`RDMA_INLINE`).
+    pub sq_inline: u32,
+    /// Entries of our iomap table the peer may publish into (`RDMA_IOMAPSIZE`).
+    pub target_iomap_size: u32,
+}
+
+impl StreamConfig {
+    /// Bytes of the target list for this configuration.
+    pub const fn target_len(&self) -> u32 {
+        RS_SGL_SIZE * RsSge::LEN as u32 + self.target_iomap_size * RsIomap::LEN as u32
+    }
+}
+
+/// Our buffers as peers address them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LocalKeys {
+    /// Address of the receive buffer.
+    pub rbuf_addr: u64,
+    /// Its remote key.
+    pub rbuf_rkey: u32,
+    /// Address of the target list.
+    pub target_addr: u64,
+    /// Its remote key.
+    pub target_rkey: u32,
+}
+
+/// How to shut down (`SHUT_RD`, `SHUT_WR`, `SHUT_RDWR`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shutdown {
+    /// Stop receiving.
+    Read,
+    /// Stop sending (half close).
+    Write,
+    /// Both.
+    Both,
+}
+
+/// Readiness, as `poll` reports it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ready {
+    /// `POLLIN`: data queued, or end of stream / error to report.
+    pub readable: bool,
+    /// `POLLOUT`: a send would make progress.
+    pub writable: bool,
+    /// `POLLHUP`: the connection is closed.
+    pub hup: bool,
+    /// `POLLERR`: a transport error happened.
+    pub err: bool,
+}
+
+/// One queued received message.
+#[derive(Clone, Copy, Debug)]
+struct RMsg {
+    len: u32,
+}
+
+/// A published iomap entry waiting to be sent.
+#[derive(Clone, Copy, Debug)]
+struct PendingIomap {
+    index: u32,
+    map: RsIomap,
+}
+
+/// Counters a test or an operator can read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnStats {
+    /// Data messages sent.
+    pub data_msgs_sent: u64,
+    /// Credit updates sent (with or without a buffer).
+    pub credit_msgs_sent: u64,
+    /// Data messages received.
+    pub data_msgs_received: u64,
+    /// Messages from the peer that broke the protocol (counted, then the connection fails).
+    pub protocol_errors: u64,
+}
+
+/// The state of one rsocket stream connection.
+#[derive(Debug)]
+pub struct StreamConn {
+    cfg: StreamConfig,
+    keys: LocalKeys,
+    // Connection state.
+    connected: bool,
+    readable: bool,
+    writable: bool,
+    disconnected: bool,
+    error: Option<RsError>,
+    so_error: Option<RsError>,
+    // Peer.
+    peer_be: bool,
+    remote_sgl: RsSge,
+    remote_sge: u32,
+    remote_iomap: RsSge,
+    // Sender.
+    sseq_no: u16,
+    sseq_comp: u16,
+    got_credit_update: bool,
+    sqe_avail: u32,
+    sbuf_bytes_avail: u32,
+    sbuf_off: u32,
+    target_sge: u32,
+    ctrl_seqno: u32,
+    ctrl_max_seqno: u32,
+    pending_ctrl: Option<RsCtrl>,
+    // Receiver.
+    rseq_no: u16,
+    rseq_comp: u16,
+    rbuf_bytes_avail: u32,
+    rbuf_free_offset: u32,
+    rbuf_offset: u32,
+    rmsg: VecDeque<RMsg>,
+    to_repost: u32,
+    next_recv_id: u64,
+    // Iomap.
+    iomap_pending: VecDeque<PendingIomap>,
+    remote_iomap_used: Vec<bool>,
+    // Keepalive.
+    keepalive: Option<Duration>,
+    keepalive_at: Option<Instant>,
+    stats: ConnStats,
+}
+
+const fn wr_id(op: RsOp, data: u32) -> u64 {
+    let op = match op {
+        RsOp::Data => 0,
+        RsOp::RsvdDataMore => 1,
+        RsOp::Write => 2,
+        RsOp::RsvdDraMore => 3,
+        RsOp::Sgl => 4,
+        RsOp::Rsvd => 5,
+        RsOp::IomapSgl => 6,
+        RsOp::Ctrl => 7,
+        RsOp::Unknown(v) => v,
+    };
+    ((op as u64) << 32) | data as u64
+}
+
+impl StreamConn {
+    /// A connection that is not established yet.
+    pub fn new(cfg: StreamConfig, keys: LocalKeys) -> Self {
+        let rq = cfg.rq_size as usize;
+        Self {
+            cfg,
+            keys,
+            connected: false,
+            readable: false,
+            writable: false,
+            disconnected: false,
+            error: None,
+            so_error: None,
+            peer_be: HOST_BIG_ENDIAN,
+            remote_sgl: RsSge::default(),
+            remote_sge: 0,
+            remote_iomap: RsSge::default(),
+            sseq_no: 0,
+            sseq_comp: 0,
+            got_credit_update: false,
+            sqe_avail: cfg.sq_size.saturating_sub(RS_QP_CTRL_SIZE),
+            sbuf_bytes_avail: cfg.sbuf_size,
+            sbuf_off: 0,
+            target_sge: 0,
+            ctrl_seqno: 0,
+            ctrl_max_seqno: RS_QP_CTRL_SIZE,
+            pending_ctrl: None,
+            rseq_no: 0,
+            rseq_comp: (cfg.rq_size / 2) as u16,
+            rbuf_bytes_avail: cfg.rbuf_size / 2,
+            rbuf_free_offset: cfg.rbuf_size / 2,
+            rbuf_offset: 0,
+            rmsg: VecDeque::with_capacity(rq + 1),
+            to_repost: 0,
+            next_recv_id: 0,
+            iomap_pending: VecDeque::new(),
+            remote_iomap_used: Vec::new(),
+            keepalive: None,
+            keepalive_at: None,
+            stats: ConnStats::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &StreamConfig {
+        &self.cfg
+    }
+
+    /// Lowers the inline limit to what the queue pair granted.
+    pub fn clamp_inline(&mut self, max: u32) {
+        self.cfg.sq_inline = self.cfg.sq_inline.min(max);
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ConnStats {
+        self.stats
+    }
+
+    /// The connection data we send in our connect request or accept.
+    pub fn conn_data(&self) -> ConnDataRepr {
+        ConnDataRepr {
+            big_endian: HOST_BIG_ENDIAN,
+            iomap: true,
+            credits: self.cfg.rq_size.min(u32::from(u16::MAX)) as u16,
+            iomap_size: self.cfg.target_iomap_size,
+            target_sgl: RsSge {
+                addr: self.keys.target_addr,
+                key: self.keys.target_rkey,
+                length: RS_SGL_SIZE,
+            },
+            data_buf: RsSge {
+                addr: self.keys.rbuf_addr,
+                key: self.keys.rbuf_rkey,
+                length: self.cfg.rbuf_size / 2,
+            },
+        }
+    }
+
+    /// Posts the initial `rq_size` receives (before connecting, as `rs_create_ep` does).
+    ///
+    /// # Errors
+    /// [`RsError::NoMemory`] if the provider refuses them.
+    pub fn post_initial_recvs(&mut self, io: &mut impl RsIo) -> Result<(), RsError> {
+        for _ in 0..self.cfg.rq_size {
+            self.post_one_recv(io).map_err(|_| RsError::NoMemory)?;
+        }
+        Ok(())
+    }
+
+    fn post_one_recv(&mut self, io: &mut impl RsIo) -> Result<(), PostError> {
+        let id = WR_RECV | (self.next_recv_id & 0xFFFF_FFFF);
+        self.next_recv_id += 1;
+        io.post_recv(id)
+    }
+
+    /// The connection is established; `peer` is the peer's connection data
+    /// (`rs_save_conn_data`).
+    ///
+    /// # Errors
+    /// [`RsError::Invalid`] if the peer's description is unusable.
+    pub fn establish(
+        &mut self,
+        peer: &ConnDataRepr,
+        io: &mut impl RsIo,
+        now: Instant,
+    ) -> Result<(), RsError> {
+        if peer.target_sgl.length != RS_SGL_SIZE || peer.data_buf.length == 0 {
+            self.stats.protocol_errors += 1;
+            return Err(RsError::Invalid);
+        }
+        self.peer_be = peer.big_endian;
+        self.remote_sgl = peer.target_sgl;
+        self.remote_sge = 1;
+        if peer.iomap {
+            self.remote_iomap = RsSge {
+                addr: peer.target_sgl.addr + RsSge::LEN as u64 * u64::from(peer.target_sgl.length),
+                key: peer.target_sgl.key,
+                length: peer.iomap_size,
+            };
+            self.remote_iomap_used = vec![false; peer.iomap_size as usize];
+        }
+        // Our first target entry is the peer's first receive half; the peer fills entry 1
+        // (possibly already: its first credit update may arrive before we process the
+        // connection event, so entry 1 is left as it is).
+        let first = peer.data_buf.to_bytes(HOST_BIG_ENDIAN);
+        io.write(Buf::Target, 0, &first);
+        if !self.got_credit_update {
+            self.sseq_comp = peer.credits;
+        }
+        self.connected = true;
+        self.readable = true;
+        self.writable = true;
+        self.keepalive_at = self.keepalive.map(|d| now.saturating_add(d));
+        Ok(())
+    }
+
+    /// True while connected (possibly half-closed).
+    pub fn is_connected(&self) -> bool {
+        self.connected && !self.disconnected && self.error.is_none()
+    }
+
+    /// True once the connection is fully closed (either way).
+    pub fn is_disconnected(&self) -> bool {
+        self.disconnected
+    }
+
+    /// Takes the pending socket error (`SO_ERROR` semantics: read once).
+    pub fn take_so_error(&mut self) -> Option<RsError> {
+        self.so_error.take()
+    }
+
+    /// Records a transport failure (error completion, CM error).
+    pub fn fail(&mut self, e: RsError) {
+        if self.error.is_none() && !self.disconnected {
+            self.error = Some(e);
+            self.so_error = Some(e);
+        }
+        self.readable = false;
+        self.writable = false;
+    }
+
+    /// The peer's connection went away without a disconnect message (CM disconnect event,
+    /// peer death): seen as a reset.
+    pub fn peer_gone(&mut self) {
+        if !self.disconnected {
+            self.fail(RsError::ConnReset);
+        }
+    }
+
+    fn read_target(&self, io: &impl RsIo, idx: u32) -> RsSge {
+        let mut b = [0u8; 16];
+        io.read(Buf::Target, idx * RsSge::LEN as u32, &mut b);
+        RsSge::read(&b, HOST_BIG_ENDIAN).unwrap_or_default()
+    }
+
+    /// `rs_can_send`: a send slot, send-buffer space, a credit and target space.
+    pub fn can_send(&self, io: &impl RsIo) -> bool {
+        self.writable
+            && self.is_connected()
+            && self.sqe_avail >= 1
+            && self.sbuf_bytes_avail >= RS_SNDLOWAT.min(self.cfg.sbuf_size)
+            && self.sseq_no != self.sseq_comp
+            && self.read_target(io, self.target_sge).length != 0
+    }
+
+    /// Readiness for `poll`.
+    pub fn readiness(&self, io: &impl RsIo) -> Ready {
+        Ready {
+            readable: !self.rmsg.is_empty()
+                || !self.readable
+                || self.disconnected
+                || self.error.is_some(),
+            writable: self.can_send(io) || !self.writable,
+            hup: self.disconnected,
+            err: self.error.is_some(),
+        }
+    }
+
+    /// Bytes queued for the application.
+    pub fn readable_bytes(&self) -> usize {
+        self.rmsg.iter().map(|m| m.len as usize).sum()
+    }
+
+    /// True if every send (data and control) has completed.
+    pub fn sends_done(&self) -> bool {
+        (self.ctrl_max_seqno - self.ctrl_seqno) + self.sqe_avail == self.cfg.sq_size
+    }
+
+    fn post(&mut self, io: &mut impl RsIo, wr: &RsWr<'_>) {
+        if io.post_send(wr).is_err() {
+            // The counters guarantee room; a refusal means the queue pair failed.
+            self.fail(RsError::Io);
+        }
+    }
+
+    /// Sends as much of `data` as credits, send slots, buffer space and target space allow,
+    /// in chunks of 2048 bytes doubling to 64 KiB (`rsend`). Returns the bytes queued.
+    ///
+    /// # Errors
+    /// [`RsError::ConnReset`] if the socket cannot send any more (closed, reset or shut
+    /// down for writing); [`RsError::WouldBlock`] if nothing could be queued now.
+    pub fn send(&mut self, data: &[u8], io: &mut impl RsIo) -> Result<usize, RsError> {
+        if !self.writable || !self.is_connected() {
+            return Err(RsError::ConnReset);
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        if !self.iomap_pending.is_empty() {
+            self.send_iomaps(io)?;
+        }
+        let mut sent = 0usize;
+        let mut olen = RS_OLAP_START_SIZE;
+        while sent < data.len() {
+            if !self.can_send(io) {
+                break;
+            }
+            let left = (data.len() - sent).min(u32::MAX as usize) as u32;
+            let mut xfer = if olen < left {
+                let x = olen;
+                if olen < RS_MAX_TRANSFER {
+                    olen <<= 1;
+                }
+                x
+            } else {
+                left
+            };
+            let mut target = self.read_target(io, self.target_sge);
+            xfer = xfer.min(self.sbuf_bytes_avail).min(target.length);
+            let chunk = &data[sent..sent + xfer as usize];
+            let local = if xfer <= self.cfg.sq_inline {
+                Local::Inline(chunk)
+            } else {
+                self.copy_to_sbuf(io, chunk)
+            };
+            let remote = RemoteAddr {
+                addr: target.addr,
+                rkey: target.key,
+            };
+            // Update the target entry before posting (the peer may rewrite it once the data
+            // lands).
+            target.addr += u64::from(xfer);
+            target.length -= xfer;
+            io.write(
+                Buf::Target,
+                self.target_sge * RsSge::LEN as u32,
+                &target.to_bytes(HOST_BIG_ENDIAN),
+            );
+            if target.length == 0 {
+                self.target_sge = (self.target_sge + 1) % RS_SGL_SIZE;
+            }
+            self.sseq_no = self.sseq_no.wrapping_add(1);
+            self.sqe_avail -= 1;
+            self.sbuf_bytes_avail -= xfer;
+            self.stats.data_msgs_sent += 1;
+            self.post(
+                io,
+                &RsWr {
+                    wr_id: wr_id(RsOp::Data, xfer),
+                    imm: Some(RsMsg::with(RsOp::Data, xfer).0),
+                    remote,
+                    local,
+                },
+            );
+            sent += xfer as usize;
+        }
+        if sent == 0 {
+            Err(RsError::WouldBlock)
+        } else {
+            Ok(sent)
+        }
+    }
+
+    /// Copies `chunk` into the send ring (wrapping into two segments if needed).
+    fn copy_to_sbuf<'a>(&mut self, io: &mut impl RsIo, chunk: &[u8]) -> Local<'a> {
+        let n = chunk.len() as u32;
+        let first = n.min(self.cfg.sbuf_size - self.sbuf_off);
+        io.write(Buf::Sbuf, self.sbuf_off, &chunk[..first as usize]);
+        let s1 = Seg {
+            buf: Buf::Sbuf,
+            off: self.sbuf_off,
+            len: first,
+        };
+        let s2 = (first < n).then(|| {
+            io.write(Buf::Sbuf, 0, &chunk[first as usize..]);
+            Seg {
+                buf: Buf::Sbuf,
+                off: 0,
+                len: n - first,
+            }
+        });
+        self.sbuf_off = (self.sbuf_off + n) % self.cfg.sbuf_size;
+        Local::Segs(s1, s2)
+    }
+
+    /// Copies queued data into `buf` (`rrecv`); with `peek`, leaves it queued.
+    ///
+    /// Returns `Ok(0)` at end of stream (the peer shut down or disconnected and everything
+    /// queued has been read).
+    ///
+    /// # Errors
+    /// [`RsError::WouldBlock`] if nothing is queued yet; [`RsError::ConnReset`] after a
+    /// transport error, once queued data is drained.
+    pub fn recv(&mut self, buf: &mut [u8], peek: bool, io: &impl RsIo) -> Result<usize, RsError> {
+        if self.rmsg.is_empty() {
+            if let Some(e) = self.error {
+                return Err(if e == RsError::Io {
+                    RsError::ConnReset
+                } else {
+                    e
+                });
+            }
+            if !self.connected {
+                return Err(RsError::NotConnected);
+            }
+            if !self.readable || self.disconnected {
+                return Ok(0);
+            }
+            return Err(RsError::WouldBlock);
+        }
+        let mut copied = 0usize;
+        let mut off = self.rbuf_offset;
+        let mut idx = 0usize;
+        while copied < buf.len() {
+            let Some(m) = self.rmsg.get(idx) else {
+                break;
+            };
+            let n = (buf.len() - copied).min(m.len as usize) as u32;
+            let first = n.min(self.cfg.rbuf_size - off);
+            io.read(Buf::Rbuf, off, &mut buf[copied..copied + first as usize]);
+            if first < n {
+                io.read(
+                    Buf::Rbuf,
+                    0,
+                    &mut buf[copied + first as usize..copied + n as usize],
+                );
+            }
+            off = (off + n) % self.cfg.rbuf_size;
+            copied += n as usize;
+            if peek {
+                idx += 1;
+                continue;
+            }
+            let head = &mut self.rmsg[0];
+            head.len -= n;
+            if head.len == 0 {
+                self.rmsg.pop_front();
+                self.rseq_no = self.rseq_no.wrapping_add(1);
+            }
+            self.rbuf_offset = off;
+            self.rbuf_bytes_avail += n;
+        }
+        Ok(copied)
+    }
+
+    /// Handles one completion of this connection's queue pair (`rs_poll_cq`).
+    pub fn handle_completion(&mut self, c: &Completion, _io: &mut impl RsIo) {
+        if c.wr_id & WR_RECV != 0 {
+            self.handle_recv(c);
+        } else {
+            self.handle_send(c);
+        }
+    }
+
+    fn handle_recv(&mut self, c: &Completion) {
+        if !c.is_ok() {
+            // Flushed or failed receives are not re-posted.
+            return;
+        }
+        let Some(imm) = c.imm else {
+            // rsocket peers only send immediates; a receive without one is a broken peer.
+            self.stats.protocol_errors += 1;
+            self.fail(RsError::Io);
+            return;
+        };
+        let msg = RsMsg(imm);
+        match msg.op() {
+            RsOp::Sgl => {
+                self.sseq_comp = msg.data() as u16;
+                self.got_credit_update = true;
+            }
+            RsOp::Ctrl => match RsCtrl::from(msg.data()) {
+                RsCtrl::Disconnect => {
+                    self.disconnected = true;
+                    self.readable = false;
+                    self.writable = false;
+                    return;
+                }
+                RsCtrl::Shutdown => {
+                    if self.writable {
+                        self.readable = false;
+                    } else {
+                        self.disconnected = true;
+                        return;
+                    }
+                }
+                RsCtrl::Keepalive | RsCtrl::Unknown(_) => {}
+            },
+            RsOp::Data => {
+                if msg.data() == 0 || self.rmsg.len() > self.cfg.rq_size as usize {
+                    // Beyond the credits we granted, or an empty data message: the peer
+                    // broke the protocol.
+                    self.stats.protocol_errors += 1;
+                    self.fail(RsError::Io);
+                    return;
+                }
+                self.stats.data_msgs_received += 1;
+                self.rmsg.push_back(RMsg { len: msg.data() });
+            }
+            RsOp::IomapSgl
+            | RsOp::Write
+            | RsOp::RsvdDataMore
+            | RsOp::RsvdDraMore
+            | RsOp::Rsvd
+            | RsOp::Unknown(_) => {}
+        }
+        self.to_repost += 1;
+    }
+
+    fn handle_send(&mut self, c: &Completion) {
+        let op = RsOp::from((c.wr_id >> 32) as u32);
+        let data = c.wr_id as u32;
+        match op {
+            RsOp::Sgl => self.ctrl_max_seqno += 1,
+            RsOp::Ctrl => {
+                self.ctrl_max_seqno += 1;
+                if RsCtrl::from(data) == RsCtrl::Disconnect {
+                    self.disconnected = true;
+                    self.readable = false;
+                    self.writable = false;
+                }
+            }
+            RsOp::IomapSgl => {
+                self.sqe_avail += 1;
+                self.sbuf_bytes_avail += RsIomap::LEN as u32;
+            }
+            _ => {
+                self.sqe_avail += 1;
+                self.sbuf_bytes_avail += data;
+            }
+        }
+        if !c.is_ok() && self.is_connected() {
+            self.fail(RsError::Io);
+        }
+    }
+
+    /// After a batch of completions (and after `recv`): re-posts consumed receives, sends a
+    /// pending control message, and returns credits (`rs_update_credits`).
+    pub fn after_completions(&mut self, io: &mut impl RsIo) {
+        if self.is_connected() {
+            while self.to_repost > 0 {
+                if self.post_one_recv(io).is_err() {
+                    self.fail(RsError::Io);
+                    break;
+                }
+                self.to_repost -= 1;
+            }
+        }
+        self.try_post_ctrl(io);
+        if self.give_credits() {
+            self.send_credits(io);
+        }
+    }
+
+    fn ctrl_slot_free(&self) -> bool {
+        self.ctrl_seqno != self.ctrl_max_seqno
+    }
+
+    fn give_credits(&self) -> bool {
+        (self.rbuf_bytes_avail >= self.cfg.rbuf_size / 2
+            || (self.rseq_no.wrapping_sub(self.rseq_comp) as i16) >= 0)
+            && self.ctrl_slot_free()
+            && self.connected
+            && !self.disconnected
+            && self.error.is_none()
+    }
+
+    fn send_credits(&mut self, io: &mut impl RsIo) {
+        self.ctrl_seqno += 1;
+        self.rseq_comp = self.rseq_no.wrapping_add((self.cfg.rq_size / 2) as u16);
+        let limit = u32::from(self.rseq_no) + self.cfg.rq_size;
+        let imm = RsMsg::with(RsOp::Sgl, limit).0;
+        let half = self.cfg.rbuf_size / 2;
+        self.stats.credit_msgs_sent += 1;
+        if self.rbuf_bytes_avail >= half {
+            let sge = RsSge {
+                addr: self.keys.rbuf_addr + u64::from(self.rbuf_free_offset),
+                key: self.keys.rbuf_rkey,
+                length: half,
+            };
+            let bytes = sge.to_bytes(self.peer_be);
+            let local = if self.cfg.sq_inline >= RsSge::LEN as u32 {
+                Local::Inline(&bytes)
+            } else {
+                let off = self.cfg.sbuf_size
+                    + RS_MAX_CTRL_MSG * (self.ctrl_seqno & (RS_QP_CTRL_SIZE - 1));
+                io.write(Buf::Sbuf, off, &bytes);
+                Local::Segs(
+                    Seg {
+                        buf: Buf::Sbuf,
+                        off,
+                        len: RsSge::LEN as u32,
+                    },
+                    None,
+                )
+            };
+            let remote = RemoteAddr {
+                addr: self.remote_sgl.addr + RsSge::LEN as u64 * u64::from(self.remote_sge),
+                rkey: self.remote_sgl.key,
+            };
+            let wr = RsWr {
+                wr_id: wr_id(RsOp::Sgl, self.ctrl_seqno),
+                imm: Some(imm),
+                remote,
+                local,
+            };
+            if io.post_send(&wr).is_err() {
+                self.fail(RsError::Io);
+            }
+            self.rbuf_bytes_avail -= half;
+            self.rbuf_free_offset += half;
+            if self.rbuf_free_offset >= self.cfg.rbuf_size {
+                self.rbuf_free_offset = 0;
+            }
+            self.remote_sge = (self.remote_sge + 1) % self.remote_sgl.length.max(1);
+        } else {
+            let wr = RsWr {
+                wr_id: wr_id(RsOp::Sgl, self.ctrl_seqno),
+                imm: Some(imm),
+                remote: RemoteAddr::default(),
+                local: Local::Empty,
+            };
+            self.post(io, &wr);
+        }
+    }
+
+    /// Starts a shutdown (`rshutdown`): updates the direction flags and queues the control
+    /// message the reference sends. Keep calling [`after_completions`](Self::after_completions)
+    /// and polling until [`shutdown_done`](Self::shutdown_done).
+    pub fn shutdown(&mut self, how: Shutdown, io: &mut impl RsIo) {
+        if !self.is_connected() {
+            return;
+        }
+        self.keepalive_at = None;
+        let ctrl = match how {
+            Shutdown::Both => {
+                self.readable = false;
+                self.writable = false;
+                Some(RsCtrl::Disconnect)
+            }
+            Shutdown::Write => {
+                self.writable = false;
+                Some(if self.readable {
+                    RsCtrl::Shutdown
+                } else {
+                    RsCtrl::Disconnect
+                })
+            }
+            Shutdown::Read => {
+                self.readable = false;
+                (!self.writable).then_some(RsCtrl::Disconnect)
+            }
+        };
+        if let Some(c) = ctrl {
+            self.pending_ctrl = Some(c);
+            self.try_post_ctrl(io);
+        }
+    }
+
+    fn try_post_ctrl(&mut self, io: &mut impl RsIo) {
+        let Some(code) = self.pending_ctrl else {
+            return;
+        };
+        if !self.ctrl_slot_free() || !self.connected || self.error.is_some() {
+            return;
+        }
+        self.pending_ctrl = None;
+        self.ctrl_seqno += 1;
+        let wr = RsWr {
+            wr_id: wr_id(RsOp::Ctrl, u32::from(code)),
+            imm: Some(RsMsg::with(RsOp::Ctrl, u32::from(code)).0),
+            remote: RemoteAddr::default(),
+            local: Local::Empty,
+        };
+        self.post(io, &wr);
+    }
+
+    /// True once a shutdown's control message went out and every send completed (or the
+    /// connection failed, so nothing more will complete).
+    pub fn shutdown_done(&self) -> bool {
+        self.error.is_some() || (self.pending_ctrl.is_none() && self.sends_done())
+    }
+
+    /// Enables keepalive with `period` (`SO_KEEPALIVE` + `TCP_KEEPIDLE`), or disables it.
+    pub fn set_keepalive(&mut self, period: Option<Duration>, now: Instant) {
+        self.keepalive = period;
+        self.keepalive_at = if self.is_connected() {
+            period.map(|d| now.saturating_add(d))
+        } else {
+            None
+        };
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) wants to run next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.keepalive_at
+    }
+
+    /// Sends a keepalive if one is due: a zero-byte RDMA WRITE without immediate, which the
+    /// peer never sees but which fails (and fails the connection) if the peer is gone.
+    /// Spurious calls are no-ops.
+    pub fn handle_timeout(&mut self, now: Instant, io: &mut impl RsIo) {
+        let (Some(at), Some(period)) = (self.keepalive_at, self.keepalive) else {
+            return;
+        };
+        if now < at {
+            return;
+        }
+        self.keepalive_at = Some(now.saturating_add(period));
+        if self.ctrl_slot_free() && self.is_connected() {
+            self.ctrl_seqno += 1;
+            let wr = RsWr {
+                wr_id: wr_id(RsOp::Ctrl, u32::from(RsCtrl::Keepalive)),
+                imm: None,
+                remote: RemoteAddr::default(),
+                local: Local::Empty,
+            };
+            self.post(io, &wr);
+        }
+    }
+
+    // -------------------------------------------------------------------------------------
+    // Zero-copy iomap
+    // -------------------------------------------------------------------------------------
+
+    /// Queues publication of a buffer the peer may then `riowrite` into (`riomap` with
+    /// `PROT_WRITE`); `sge` is its address, rkey and length. Returns the slot.
+    ///
+    /// # Errors
+    /// [`RsError::NoMemory`] if the peer exposes no free iomap slot.
+    pub fn iomap(&mut self, offset: u64, sge: RsSge) -> Result<u32, RsError> {
+        if !self.is_connected() {
+            return Err(RsError::Invalid);
+        }
+        let index = self
+            .remote_iomap_used
+            .iter()
+            .position(|u| !*u)
+            .ok_or(RsError::NoMemory)? as u32;
+        self.remote_iomap_used[index as usize] = true;
+        self.iomap_pending.push_back(PendingIomap {
+            index,
+            map: RsIomap { offset, sge },
+        });
+        Ok(index)
+    }
+
+    /// Frees a published slot (`riounmap`). The peer's copy is not invalidated: its later
+    /// writes fail with a remote access error once the memory is deregistered.
+    pub fn iounmap(&mut self, index: u32) {
+        if let Some(u) = self.remote_iomap_used.get_mut(index as usize) {
+            *u = false;
+        }
+        self.iomap_pending.retain(|p| p.index != index);
+    }
+
+    /// Sends queued iomap publications (before any send or iowrite).
+    ///
+    /// # Errors
+    /// [`RsError::WouldBlock`] if a publication must wait for a send slot.
+    pub fn send_iomaps(&mut self, io: &mut impl RsIo) -> Result<(), RsError> {
+        while let Some(p) = self.iomap_pending.front().copied() {
+            if self.sqe_avail < 1
+                || self.sbuf_bytes_avail < RsIomap::LEN as u32
+                || !self.is_connected()
+            {
+                return Err(RsError::WouldBlock);
+            }
+            let bytes = p.map.to_bytes(self.peer_be);
+            let local = if self.cfg.sq_inline >= RsIomap::LEN as u32 {
+                Local::Inline(&bytes)
+            } else {
+                self.copy_to_sbuf(io, &bytes)
+            };
+            let wr = RsWr {
+                wr_id: wr_id(RsOp::IomapSgl, p.index),
+                imm: Some(RsMsg::with(RsOp::IomapSgl, p.index).0),
+                remote: RemoteAddr {
+                    addr: self.remote_iomap.addr + RsIomap::LEN as u64 * u64::from(p.index),
+                    rkey: self.remote_iomap.key,
+                },
+                local,
+            };
+            self.sqe_avail -= 1;
+            self.sbuf_bytes_avail -= RsIomap::LEN as u32;
+            self.post(io, &wr);
+            self.iomap_pending.pop_front();
+        }
+        Ok(())
+    }
+
+    fn find_iomap(&self, io: &impl RsIo, offset: u64) -> Option<RsIomap> {
+        (0..self.cfg.target_iomap_size).find_map(|i| {
+            let mut b = [0u8; RsIomap::LEN];
+            io.read(
+                Buf::Target,
+                RS_SGL_SIZE * RsSge::LEN as u32 + i * RsIomap::LEN as u32,
+                &mut b,
+            );
+            let m = RsIomap::read(&b, HOST_BIG_ENDIAN)?;
+            (m.sge.length > 0 && offset >= m.offset && offset - m.offset < u64::from(m.sge.length))
+                .then_some(m)
+        })
+    }
+
+    /// Writes `data` directly into the peer buffer mapped at `offset` (`riowrite`), in the
+    /// same chunk schedule as `send`, as plain RDMA WRITEs the peer does not see. Returns
+    /// the bytes queued.
+    ///
+    /// # Errors
+    /// [`RsError::Invalid`] if `offset` is not inside a mapping the peer published;
+    /// [`RsError::WouldBlock`] if nothing could be queued now; [`RsError::ConnReset`] if the
+    /// socket cannot send.
+    pub fn iowrite(
+        &mut self,
+        data: &[u8],
+        offset: u64,
+        io: &mut impl RsIo,
+    ) -> Result<usize, RsError> {
+        if !self.writable || !self.is_connected() {
+            return Err(RsError::ConnReset);
+        }
+        if !self.iomap_pending.is_empty() {
+            self.send_iomaps(io)?;
+        }
+        let mut done = 0usize;
+        let mut olen = RS_OLAP_START_SIZE;
+        while done < data.len() {
+            let at = offset + done as u64;
+            let Some(m) = self.find_iomap(io, at) else {
+                if done == 0 {
+                    return Err(RsError::Invalid);
+                }
+                break;
+            };
+            if self.sqe_avail < 1 || self.sbuf_bytes_avail == 0 {
+                break;
+            }
+            let left = (data.len() - done).min(u32::MAX as usize) as u32;
+            let mut xfer = if olen < left {
+                let x = olen;
+                if olen < RS_MAX_TRANSFER {
+                    olen <<= 1;
+                }
+                x
+            } else {
+                left
+            };
+            let room = u64::from(m.sge.length) - (at - m.offset);
+            xfer = xfer
+                .min(self.sbuf_bytes_avail)
+                .min(room.min(u64::from(u32::MAX)) as u32);
+            let chunk = &data[done..done + xfer as usize];
+            let local = if xfer <= self.cfg.sq_inline {
+                Local::Inline(chunk)
+            } else {
+                self.copy_to_sbuf(io, chunk)
+            };
+            let wr = RsWr {
+                wr_id: wr_id(RsOp::Write, xfer),
+                imm: None,
+                remote: RemoteAddr {
+                    addr: m.sge.addr + (at - m.offset),
+                    rkey: m.sge.key,
+                },
+                local,
+            };
+            self.sqe_avail -= 1;
+            self.sbuf_bytes_avail -= xfer;
+            self.post(io, &wr);
+            done += xfer as usize;
+        }
+        if done == 0 {
+            Err(RsError::WouldBlock)
+        } else {
+            Ok(done)
+        }
+    }
+}

@@ -1,0 +1,484 @@
+//! A deterministic simulated fabric for the rsocket state machine.
+//!
+//! [`SimPair`] connects two [`StreamConn`]s over a simulated reliable-connected link with
+//! virtual time: every posted request is delivered after `latency`, in order per direction;
+//! a write with immediate that finds no receive posted waits (receiver not ready) and is
+//! retried after `rnr_delay`; RDMA writes are checked against the peer's buffers and keys,
+//! as hardware checks them. Faults can be injected: withheld receives (RNR), the death of
+//! one side, and error completions. [`SimPair::drive`] runs both sides (poll completions,
+//! hand them to the state machine, return credits) until nothing more happens, and
+//! `drive_bounded` fails on livelock.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use lcore::time::Instant;
+
+use crate::conn::{Buf, CTRL_AREA, Local, LocalKeys, RsIo, RsWr, StreamConfig, StreamConn};
+use crate::wire::ConnDataRepr;
+use dp_fabric::{Completion, PostError, PostErrorKind, RemoteAddr, WcOpcode, WcStatus};
+
+/// Address-space layout of a simulated side: every side gets its own 4 GiB window.
+const RBUF_AT: u64 = 0x4000_0000;
+const IOMEM_AT: u64 = 0xC000_0000;
+/// Bytes of the simulated iomap memory area each side has (see [`SideState::iomem_sge`]).
+pub const IOMEM_LEN: usize = 1 << 16;
+const TARGET_AT: u64 = 0x8000_0000;
+
+#[derive(Clone, Debug)]
+struct InFlight {
+    wr_id: u64,
+    imm: Option<u32>,
+    remote: RemoteAddr,
+    data: Vec<u8>,
+    due: Instant,
+}
+
+/// One simulated endpoint: the state machine and its simulated memory and queues.
+#[derive(Debug)]
+pub struct SimSide {
+    /// The protocol state machine under test.
+    pub conn: StreamConn,
+    /// Memory, queues and fault knobs.
+    pub st: SideState,
+}
+
+/// A simulated endpoint's memory, queues and fault knobs.
+#[derive(Debug)]
+pub struct SideState {
+    sbuf: Vec<u8>,
+    rbuf: Vec<u8>,
+    target: Vec<u8>,
+    /// Application memory a test may publish with `riomap` (remote-writable, key below).
+    pub iomem: Vec<u8>,
+    keys: LocalKeys,
+    base: u64,
+    sq: VecDeque<InFlight>,
+    sq_cap: usize,
+    recvs: VecDeque<u64>,
+    cq: VecDeque<Completion>,
+    now: Instant,
+    latency: Duration,
+    /// Until this virtual time, posted receives are parked (not visible to the peer), so
+    /// the peer's writes with immediate meet receiver-not-ready.
+    pub withhold_until: Option<Instant>,
+    parked: VecDeque<u64>,
+    /// Fail the next N send requests with this status.
+    pub fail_next: Option<(u32, WcStatus)>,
+    dead: bool,
+    error: bool,
+    /// Requests that waited for a receive at least once.
+    pub rnr_waits: u64,
+}
+
+impl SimSide {
+    fn new(cfg: StreamConfig, base: u64, latency: Duration) -> Self {
+        let keys = LocalKeys {
+            rbuf_addr: base + RBUF_AT,
+            rbuf_rkey: (base >> 32) as u32 * 16 + 1,
+            target_addr: base + TARGET_AT,
+            target_rkey: (base >> 32) as u32 * 16 + 2,
+        };
+        Self {
+            conn: StreamConn::new(cfg, keys),
+            st: SideState {
+                sbuf: vec![0; (cfg.sbuf_size + CTRL_AREA) as usize],
+                rbuf: vec![0; cfg.rbuf_size as usize],
+                target: vec![0; cfg.target_len() as usize],
+                iomem: vec![0; IOMEM_LEN],
+                keys,
+                base,
+                sq: VecDeque::new(),
+                sq_cap: cfg.sq_size as usize,
+                recvs: VecDeque::new(),
+                cq: VecDeque::new(),
+                now: Instant::from_nanos(0),
+                latency,
+                withhold_until: None,
+                parked: VecDeque::new(),
+                fail_next: None,
+                dead: false,
+                error: false,
+                rnr_waits: 0,
+            },
+        }
+    }
+
+    /// The application's progress pass: poll every completion, hand it to the state
+    /// machine, then return credits. Returns the completions processed.
+    pub fn progress(&mut self) -> usize {
+        let mut n = 0;
+        while let Some(c) = self.st.cq.pop_front() {
+            self.conn.handle_completion(&c, &mut SimIo(&mut self.st));
+            n += 1;
+        }
+        self.conn.after_completions(&mut SimIo(&mut self.st));
+        n
+    }
+
+    /// Runs `f` with the state machine and an I/O view of this side.
+    pub fn with<R>(&mut self, f: impl FnOnce(&mut StreamConn, &mut SimIo<'_>) -> R) -> R {
+        f(&mut self.conn, &mut SimIo(&mut self.st))
+    }
+}
+
+impl SideState {
+    fn buf(&self, b: Buf) -> &Vec<u8> {
+        match b {
+            Buf::Sbuf => &self.sbuf,
+            Buf::Rbuf => &self.rbuf,
+            Buf::Target => &self.target,
+        }
+    }
+
+    fn buf_mut(&mut self, b: Buf) -> &mut Vec<u8> {
+        match b {
+            Buf::Sbuf => &mut self.sbuf,
+            Buf::Rbuf => &mut self.rbuf,
+            Buf::Target => &mut self.target,
+        }
+    }
+
+    /// The remote address and key of `[off, off + len)` of this side's iomap memory.
+    pub fn iomem_sge(&self, off: usize, len: usize) -> crate::wire::RsSge {
+        crate::wire::RsSge {
+            addr: self.base + IOMEM_AT + off as u64,
+            key: self.iomem_key(),
+            length: len as u32,
+        }
+    }
+
+    fn iomem_key(&self) -> u32 {
+        (self.base >> 32) as u32 * 16 + 3
+    }
+
+    /// Copies a remote write of `data` to `r` into this side's memory, if the key, range and
+    /// (implicitly) rights allow it.
+    fn place(&mut self, r: RemoteAddr, data: &[u8]) -> bool {
+        let len = data.len() as u64;
+        let io_at = self.base + IOMEM_AT;
+        if r.rkey == self.iomem_key()
+            && r.addr >= io_at
+            && r.addr + len <= io_at + self.iomem.len() as u64
+        {
+            let off = (r.addr - io_at) as usize;
+            self.iomem[off..off + data.len()].copy_from_slice(data);
+            return true;
+        }
+        for (b, at, key) in [
+            (Buf::Rbuf, self.keys.rbuf_addr, self.keys.rbuf_rkey),
+            (Buf::Target, self.keys.target_addr, self.keys.target_rkey),
+        ] {
+            let size = self.buf(b).len() as u64;
+            if r.rkey == key && r.addr >= at && r.addr + len <= at + size {
+                let off = (r.addr - at) as usize;
+                self.buf_mut(b)[off..off + data.len()].copy_from_slice(data);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Returns parked receives once the withholding period is over.
+    fn release_parked(&mut self) {
+        if self.withhold_until.is_some_and(|t| self.now < t) {
+            return;
+        }
+        self.withhold_until = None;
+        self.recvs.extend(self.parked.drain(..));
+    }
+}
+
+/// The state machine's view of one simulated side.
+#[derive(Debug)]
+pub struct SimIo<'a>(&'a mut SideState);
+
+impl RsIo for SimIo<'_> {
+    fn read(&self, buf: Buf, off: u32, dst: &mut [u8]) {
+        let b = self.0.buf(buf);
+        dst.copy_from_slice(&b[off as usize..off as usize + dst.len()]);
+    }
+
+    fn write(&mut self, buf: Buf, off: u32, src: &[u8]) {
+        let b = self.0.buf_mut(buf);
+        b[off as usize..off as usize + src.len()].copy_from_slice(src);
+    }
+
+    fn post_send(&mut self, wr: &RsWr<'_>) -> Result<(), PostError> {
+        let s = &mut *self.0;
+        if s.sq.len() >= s.sq_cap {
+            return Err(PostError {
+                index: 0,
+                kind: PostErrorKind::QueueFull,
+            });
+        }
+        let data = match wr.local {
+            Local::Empty => Vec::new(),
+            Local::Inline(b) => b.to_vec(),
+            Local::Segs(a, b) => {
+                let mut v = s.buf(a.buf)[a.off as usize..(a.off + a.len) as usize].to_vec();
+                if let Some(b) = b {
+                    v.extend_from_slice(&s.buf(b.buf)[b.off as usize..(b.off + b.len) as usize]);
+                }
+                v
+            }
+        };
+        s.sq.push_back(InFlight {
+            wr_id: wr.wr_id,
+            imm: wr.imm,
+            remote: wr.remote,
+            data,
+            due: s.now.saturating_add(s.latency),
+        });
+        Ok(())
+    }
+
+    fn post_recv(&mut self, wr_id: u64) -> Result<(), PostError> {
+        let s = &mut *self.0;
+        if s.withhold_until.is_some_and(|t| s.now < t) {
+            s.parked.push_back(wr_id);
+        } else {
+            s.recvs.push_back(wr_id);
+        }
+        Ok(())
+    }
+}
+
+/// Two connected sides over a simulated link.
+#[derive(Debug)]
+pub struct SimPair {
+    /// The active side.
+    pub a: SimSide,
+    /// The passive side.
+    pub b: SimSide,
+    now: Instant,
+    /// Delay before a waiting request is retried.
+    pub rnr_delay: Duration,
+}
+
+impl SimPair {
+    /// Creates and connects two sides with the same configuration.
+    pub fn connect(cfg: StreamConfig, latency: Duration) -> Self {
+        Self::connect2(cfg, cfg, latency)
+    }
+
+    /// Creates and connects two sides with their own configurations (as a listener's
+    /// options and a client's may differ).
+    pub fn connect2(ca: StreamConfig, cb: StreamConfig, latency: Duration) -> Self {
+        let mut p = Self {
+            a: SimSide::new(ca, 1 << 32, latency),
+            b: SimSide::new(cb, 2 << 32, latency),
+            now: Instant::from_nanos(0),
+            rnr_delay: Duration::from_micros(10),
+        };
+        let now = p.now;
+        for s in [&mut p.a, &mut p.b] {
+            s.with(|c, io| c.post_initial_recvs(io))
+                .expect("initial receives");
+        }
+        let da: ConnDataRepr = p.a.conn.conn_data();
+        let db: ConnDataRepr = p.b.conn.conn_data();
+        p.a.with(|c, io| c.establish(&db, io, now))
+            .expect("establish a");
+        p.b.with(|c, io| c.establish(&da, io, now))
+            .expect("establish b");
+        p
+    }
+
+    /// Virtual time.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    fn set_now(&mut self, t: Instant) {
+        self.now = t;
+        self.a.st.now = t;
+        self.b.st.now = t;
+    }
+
+    /// The earliest time anything is due, if anything is pending.
+    fn next_due(&self) -> Option<Instant> {
+        let f = |s: &SimSide| s.st.sq.front().map(|w| w.due);
+        let t = [
+            f(&self.a),
+            f(&self.b),
+            self.a.conn.poll_timeout(),
+            self.b.conn.poll_timeout(),
+            self.a.st.withhold_until,
+            self.b.st.withhold_until,
+        ];
+        t.into_iter().flatten().min()
+    }
+
+    /// Executes due requests of `from` towards `to`; returns true if anything happened.
+    fn deliver(
+        from: &mut SideState,
+        to: &mut SideState,
+        now: Instant,
+        rnr_delay: Duration,
+    ) -> bool {
+        let mut did = false;
+        while let Some(w) = from.sq.front() {
+            if w.due > now {
+                break;
+            }
+            let w = from.sq.pop_front().expect("front exists");
+            did = true;
+            let complete = |from: &mut SideState, w: &InFlight, status: WcStatus| {
+                from.cq.push_back(Completion {
+                    wr_id: w.wr_id,
+                    status,
+                    opcode: WcOpcode::RdmaWrite,
+                    byte_len: 0,
+                    imm: None,
+                    qp_num: 1,
+                    src_qp: 0,
+                });
+            };
+            if from.error {
+                complete(from, &w, WcStatus::WrFlushErr);
+                continue;
+            }
+            if to.dead {
+                complete(from, &w, WcStatus::RetryExcErr);
+                from.error = true;
+                continue;
+            }
+            if let Some((n, st)) = from.fail_next {
+                from.fail_next = if n > 1 { Some((n - 1, st)) } else { None };
+                complete(from, &w, st);
+                from.error = true;
+                continue;
+            }
+            if w.imm.is_some() && to.recvs.is_empty() {
+                // Receiver not ready: retry later, keeping the request (and every later one)
+                // at the head.
+                from.rnr_waits += 1;
+                let mut w = w;
+                w.due = now.saturating_add(rnr_delay);
+                from.sq.push_front(w);
+                return did;
+            }
+            // Zero-length writes (credit updates, control messages, keepalives) check no key,
+            // as on hardware.
+            if !w.data.is_empty() && !to.place(w.remote, &w.data) {
+                complete(from, &w, WcStatus::RemAccessErr);
+                from.error = true;
+                continue;
+            }
+            if let Some(imm) = w.imm {
+                let r = to.recvs.pop_front().expect("checked non-empty");
+                to.cq.push_back(Completion {
+                    wr_id: r,
+                    status: WcStatus::Success,
+                    opcode: WcOpcode::RecvRdmaWithImm,
+                    byte_len: w.data.len() as u32,
+                    imm: Some(imm),
+                    qp_num: 2,
+                    src_qp: 0,
+                });
+            }
+            complete(from, &w, WcStatus::Success);
+        }
+        did
+    }
+
+    /// One step: runs both applications' progress, delivers what is due, fires timers, and
+    /// if nothing happened advances virtual time to the next due event. Returns false when
+    /// nothing is pending at all.
+    pub fn step(&mut self) -> bool {
+        let mut did = self.a.progress() > 0;
+        did |= self.b.progress() > 0;
+        let now = self.now;
+        did |= Self::deliver(&mut self.a.st, &mut self.b.st, now, self.rnr_delay);
+        did |= Self::deliver(&mut self.b.st, &mut self.a.st, now, self.rnr_delay);
+        for s in [&mut self.a, &mut self.b] {
+            s.st.release_parked();
+            if !s.st.dead && s.conn.poll_timeout().is_some_and(|t| t <= now) {
+                s.with(|c, io| c.handle_timeout(now, io));
+                did = true;
+            }
+        }
+        if did {
+            return true;
+        }
+        match self.next_due() {
+            Some(t) if t > self.now => {
+                self.set_now(t);
+                true
+            }
+            Some(_) => true,
+            None => false,
+        }
+    }
+
+    /// Steps until nothing is pending or `max_steps` ran; returns the steps taken.
+    ///
+    /// # Panics
+    /// If the pair is still busy after `max_steps` (a livelock), naming the step count.
+    pub fn drive_bounded(&mut self, max_steps: usize) -> usize {
+        for i in 0..max_steps {
+            if !self.step_quiet() {
+                return i;
+            }
+        }
+        panic!("simulation still busy after {max_steps} steps: livelock");
+    }
+
+    /// Like `step`, but time-driven timers alone (keepalives) do not count as pending.
+    fn step_quiet(&mut self) -> bool {
+        let busy = |p: &Self| {
+            !p.a.st.sq.is_empty()
+                || !p.b.st.sq.is_empty()
+                || !p.a.st.cq.is_empty()
+                || !p.b.st.cq.is_empty()
+        };
+        let pending = busy(self);
+        let did = self.step();
+        pending || (did && busy(self))
+    }
+
+    /// Steps until idle (bounded at 1M steps).
+    pub fn drive(&mut self) -> usize {
+        self.drive_bounded(1_000_000)
+    }
+
+    /// Advances virtual time by `d`, stepping through everything due meanwhile.
+    pub fn advance(&mut self, d: Duration) {
+        let end = self.now.saturating_add(d);
+        loop {
+            let _ = self.step();
+            match self.next_due() {
+                Some(t) if t <= end => {
+                    if t > self.now {
+                        self.set_now(t);
+                    }
+                }
+                _ => break,
+            }
+        }
+        if end > self.now {
+            self.set_now(end);
+        }
+        let _ = self.step();
+    }
+
+    /// Kills side `a` (`true`) or `b`: its requests stop executing, and the survivor's
+    /// requests towards it fail with a transport retry error.
+    pub fn kill(&mut self, a: bool) {
+        let s = if a { &mut self.a.st } else { &mut self.b.st };
+        s.dead = true;
+        s.sq.clear();
+        s.cq.clear();
+    }
+
+    /// True if side `a`/`b` saw an error completion.
+    pub fn errored(&self, a: bool) -> bool {
+        if a { self.a.st.error } else { self.b.st.error }
+    }
+
+    /// Side `a`'s base address (for tests that craft remote addresses).
+    pub fn base(&self, a: bool) -> u64 {
+        if a { self.a.st.base } else { self.b.st.base }
+    }
+}
