@@ -6,7 +6,8 @@ crate root, `a/mod.rs` and `a.rs` are `crate::a`, `a/b.rs` is `crate::a::b`). A 
 when it names a path inside it: `use crate::x::y`, `use super::z`, `self::`, or an inline `crate::a::b`
 in code. A path resolves to the deepest module file it names, so `use super::Thing` from `a/b.rs` is an
 edge to `a/mod.rs` (the parent), while `use super::c::Thing` is an edge to the sibling `a/c.rs`. Inline
-`mod name { ... }` blocks (tests) count as part of their file. Edges from a file to itself are ignored.
+`mod name { ... }` blocks count as part of their file, except `#[cfg(test)]` modules: a unit test may
+drive its module through any layer. Edges from a file to itself are ignored.
 
 A circle (a strongly connected component of more than one file) fails the check. `mod x;` declarations
 and `pub use` re-exports are not imports: a parent may declare and re-export its children (that is its
@@ -99,7 +100,7 @@ def module_files(crate_dir):
     return mods
 
 
-TOKEN = re.compile(r"\bpub(?:\s*\([^)]*\))?\s+use\b[^;]*;|\bmod\s+([A-Za-z_][A-Za-z0-9_]*)\s*\{|[{}]|\buse\b[^;]*;|(?<![A-Za-z0-9_:])[A-Za-z_][A-Za-z0-9_]*(?:\s*::\s*(?:[A-Za-z_][A-Za-z0-9_]*|\{))+")
+TOKEN = re.compile(r"#\[cfg\(test\)\]\s*mod\s+[A-Za-z_][A-Za-z0-9_]*\s*\{|\bpub(?:\s*\([^)]*\))?\s+use\b[^;]*;|\bmod\s+([A-Za-z_][A-Za-z0-9_]*)\s*\{|[{}]|\buse\b[^;]*;|(?<![A-Za-z0-9_:])[A-Za-z_][A-Za-z0-9_]*(?:\s*::\s*(?:[A-Za-z_][A-Za-z0-9_]*|\{))+")
 
 
 def expand_use(body):
@@ -232,8 +233,15 @@ def crate_edges(crate_dir):
         stack = []  # (inline module name or None, ...) per open brace
         inline = []
         deps = set()
+        skip_depth = None  # brace depth at which a #[cfg(test)] module opened
         for m in TOKEN.finditer(src):
             t = m.group(0)
+            if t.startswith("#[cfg(test)]"):
+                stack.append("#test")
+                inline.append("tests")
+                if skip_depth is None:
+                    skip_depth = len(stack)
+                continue
             if m.group(1):
                 stack.append(m.group(1))
                 inline.append(m.group(1))
@@ -242,9 +250,13 @@ def crate_edges(crate_dir):
                 stack.append(None)
                 continue
             if t == "}":
+                if skip_depth is not None and len(stack) == skip_depth:
+                    skip_depth = None
                 if stack and stack.pop() is not None:
                     inline.pop()
                 continue
+            if skip_depth is not None:
+                continue  # unit tests may use any layer: they are not part of the layering
             here = modpath + tuple(inline)
             if t.startswith("pub"):
                 continue  # a re-export is the module's table of contents, not a dependency

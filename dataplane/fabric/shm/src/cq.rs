@@ -17,13 +17,14 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use mempool::memory::Region;
-use mempool::ring::{Consumer, Multi, Producer, Ring, Single};
+use mempool::ring::{Consumer, Ring, Single};
 
-use crate::device::{DevInner, lock};
+use crate::core::DevCore;
+use crate::cq_shared::CqShared;
+use crate::dgram::{UdCore, UdRecvSide};
 use crate::layout::{DOORBELL_SLOTS, Doorbell};
-use crate::qp::{QpCore, RecvSide};
-use crate::ud::{UdCore, UdRecvSide};
+use crate::rc::{QpCore, RecvSide};
+use crate::util::lock;
 use dp_fabric::error::{FabricError, Result};
 use dp_fabric::traits::CompletionQueue;
 use dp_fabric::types::Completion;
@@ -52,6 +53,10 @@ impl SlotEntry {
         Self::Rc { core, send, recv }
     }
 
+    pub(crate) fn ud(core: Arc<UdCore>, send: bool, recv: Option<UdRecvSide>) -> Self {
+        Self::Ud { core, send, recv }
+    }
+
     fn receives(&self) -> bool {
         match self {
             Self::Rc { recv, .. } => recv.is_some(),
@@ -60,84 +65,32 @@ impl SlotEntry {
     }
 }
 
-pub(crate) struct CqShared {
-    /// Keeps the device (and its service thread) alive while the queue exists.
-    _dev: Arc<DevInner>,
-    pub id: u64,
-    pub db_seg: Arc<Region>,
-    tx: Mutex<(Producer<Completion, Multi>, Producer<u32, Multi>)>,
+/// Queue pairs attached to or detached from a completion queue, waiting for its poller.
+pub(crate) struct CqOps {
     ops: Mutex<Vec<(u32, Option<SlotEntry>)>>,
-    ops_pending: AtomicBool,
-    used: Mutex<Vec<bool>>,
-    max_slots: usize,
+    pending: AtomicBool,
 }
 
-// SAFETY: db_seg keeps the doorbell mapped; the doorbell is accessed through atomics only.
-unsafe impl Send for CqShared {}
-// SAFETY: as above; all other fields are Sync.
-unsafe impl Sync for CqShared {}
-
-impl CqShared {
-    #[inline]
-    pub(crate) fn doorbell(&self) -> &Doorbell {
-        // SAFETY: db_seg was created at least one Doorbell long and lives as long as self.
-        unsafe { &*self.db_seg.as_ptr().cast::<Doorbell>() }
-    }
-
-    /// Producer handles for a new queue pair: completions and attention.
-    pub(crate) fn producers(&self) -> (Producer<Completion, Multi>, Producer<u32, Multi>) {
-        let t = lock(&self.tx);
-        (t.0.clone(), t.1.clone())
-    }
-
-    /// Queues `slot` for attention (out of band: error transitions and the like).
-    pub(crate) fn notify(&self, slot: u32) {
-        let mut t = lock(&self.tx);
-        // The attention ring has room for two entries per slot and queue pairs
-        // deduplicate, so this does not fail; if it ever did, the doorbell still works.
-        if t.1.enqueue(slot).is_err() {
-            self.doorbell().ring(slot);
-        }
-    }
-
-    pub(crate) fn reserve_slot(&self) -> Result<u32> {
-        let mut u = lock(&self.used);
-        let i = u[..self.max_slots]
-            .iter()
-            .position(|b| !*b)
-            .ok_or(FabricError::Exhausted {
-                what: "queue pairs on this completion queue",
-                limit: self.max_slots as u64,
-                hint: "create the completion queue deeper, or spread queue pairs over more queues",
-            })?;
-        u[i] = true;
-        Ok(i as u32)
-    }
-
-    pub(crate) fn release_slot(&self, slot: u32) {
-        if let Some(b) = lock(&self.used).get_mut(slot as usize) {
-            *b = false;
-        }
-    }
-
+impl CqOps {
     /// Hands a queue pair to the poller (taken in at its next `poll`).
     pub(crate) fn attach(&self, slot: u32, e: SlotEntry) {
         lock(&self.ops).push((slot, Some(e)));
         // Release: pairs with the Acquire in `ShmCq::poll`: the op is queued first.
-        self.ops_pending.store(true, Ordering::Release);
+        self.pending.store(true, Ordering::Release);
     }
 
     /// Removes a queue pair; its slot is freed once the poller has let go of it.
     pub(crate) fn detach(&self, slot: u32) {
         lock(&self.ops).push((slot, None));
         // Release: as in attach.
-        self.ops_pending.store(true, Ordering::Release);
+        self.pending.store(true, Ordering::Release);
     }
 }
 
 /// A completion queue of the shm provider.
 pub struct ShmCq {
     sh: Arc<CqShared>,
+    ops: Arc<CqOps>,
     local: Consumer<Completion, Single>,
     attn: Consumer<u32, Single>,
     slots: Vec<Option<SlotEntry>>,
@@ -156,7 +109,7 @@ impl core::fmt::Debug for ShmCq {
 }
 
 impl ShmCq {
-    pub(crate) fn new(dev: &Arc<DevInner>, depth: u32) -> Result<Self> {
+    pub(crate) fn new(dev: &Arc<DevCore>, depth: u32) -> Result<Self> {
         if depth == 0 || depth > dev.attr.max_cqe {
             return Err(FabricError::InvalidArgument {
                 what: "completion queue depth",
@@ -179,17 +132,20 @@ impl ShmCq {
         let (atx, arx) = Ring::<u32>::mpsc(2 * max_slots).map_err(ring_err)?;
         let mut slots = Vec::with_capacity(DOORBELL_SLOTS);
         slots.resize_with(DOORBELL_SLOTS, || None);
+        let sh = Arc::new(CqShared {
+            _dev: dev.clone(),
+            id,
+            db_seg,
+            tx: Mutex::new((ctx, atx)),
+            used: Mutex::new(vec![false; DOORBELL_SLOTS]),
+            max_slots,
+        });
         Ok(Self {
-            sh: Arc::new(CqShared {
-                _dev: dev.clone(),
-                id,
-                db_seg,
-                tx: Mutex::new((ctx, atx)),
+            ops: Arc::new(CqOps {
                 ops: Mutex::new(Vec::new()),
-                ops_pending: AtomicBool::new(false),
-                used: Mutex::new(vec![false; DOORBELL_SLOTS]),
-                max_slots,
+                pending: AtomicBool::new(false),
             }),
+            sh,
             local: crx,
             attn: arx,
             slots,
@@ -202,12 +158,17 @@ impl ShmCq {
         &self.sh
     }
 
+    /// Where queue pairs attach and detach.
+    pub(crate) fn ops(&self) -> &Arc<CqOps> {
+        &self.ops
+    }
+
     #[cold]
     fn absorb(&mut self) {
         // Relaxed clear before taking the list: an op queued after the take sets the flag
         // again (Release) and is absorbed next time.
-        self.sh.ops_pending.store(false, Ordering::Relaxed);
-        let ops = std::mem::take(&mut *lock(&self.sh.ops));
+        self.ops.pending.store(false, Ordering::Relaxed);
+        let ops = std::mem::take(&mut *lock(&self.ops.ops));
         for (slot, e) in ops {
             let i = slot as usize;
             match e {
@@ -303,7 +264,7 @@ impl CompletionQueue for ShmCq {
             return 0;
         }
         // Acquire: pairs with the Release in attach/detach.
-        if self.sh.ops_pending.load(Ordering::Acquire) {
+        if self.ops.pending.load(Ordering::Acquire) {
             self.absorb();
         }
         let mut n = 0;

@@ -1,166 +1,25 @@
 //! The shm device: a context id in the rendezvous directory, the control service thread,
 //! and the caches of peer segments this process has mapped.
 
-use std::collections::HashMap;
 use std::fs::{self, File};
 use std::net::IpAddr;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 
-use mempool::memory::{Region, RegionConfig};
-
+use crate::cm::ShmCm;
+use crate::core::{DevCore, MAX_CTX, ShmStats};
 use crate::cq::ShmCq;
-use crate::layout::{Doorbell, UD_MTU};
-use crate::pd::{RemotePd, ShmPd};
-use crate::service::Service;
-use crate::ud::{ShmUdDest, ShmUdQp};
+use crate::layout::UD_MTU;
+use crate::msg::Msg;
+use crate::pd::ShmPd;
+use crate::service::{Registry, Service, Watch, wait_readable};
+use crate::ud::{ShmUdDest, ShmUdQp, answer_resolve};
 use crate::{Shm, ShmConfig, unix};
 use dp_fabric::error::{FabricError, Result};
 use dp_fabric::traits::{Device, QpInit};
 use dp_fabric::types::DeviceAttr;
-
-/// Largest context id; QPNs are `ctx_id << 12 | index`, 24 bits in all.
-pub(crate) const MAX_CTX: u32 = 4095;
-/// Queue pairs per context.
-pub(crate) const MAX_QP_INDEX: u32 = 4095;
-
-/// Counters of the device, readable at any time.
-#[derive(Debug, Default)]
-pub struct ShmStats {
-    /// Malformed or unexpected control messages from peers (each dropped the connection).
-    pub malformed_cm_msgs: AtomicU64,
-    /// Connections lost because the peer process died (hang-up without a disconnect).
-    pub peer_deaths: AtomicU64,
-    /// Datagrams dropped (no receive posted, queue full, wrong Q_Key or dead queue pair).
-    pub ud_dropped: AtomicU64,
-    /// Times a SEND or WRITE with immediate waited because the peer had no receive posted.
-    pub rnr_waits: AtomicU64,
-}
-
-/// Locks a mutex, ignoring poisoning (every critical section here leaves the data
-/// consistent before anything that could panic).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-pub(crate) struct DevInner {
-    pub cfg: ShmConfig,
-    pub attr: DeviceAttr,
-    pub ctx_id: u32,
-    pub dir: PathBuf,
-    _ctx_lock: File,
-    pub ctx_sock_path: PathBuf,
-    next_id: AtomicU64,
-    qp_index: Mutex<Vec<bool>>,
-    pub ud_qps: Mutex<HashMap<u32, Weak<super::ud::UdCore>>>,
-    pub remote_pds: Mutex<HashMap<(u32, u64), Weak<RemotePd>>>,
-    pub remote_doorbells: Mutex<HashMap<(u32, u64), Weak<Region>>>,
-    pub service: Service,
-    pub stats: ShmStats,
-}
-
-impl DevInner {
-    /// A fresh id for protection domains, completion queues, listeners and connections.
-    pub(crate) fn next_id(&self) -> u64 {
-        // Relaxed: only uniqueness matters.
-        self.next_id.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// Allocates a queue pair number.
-    pub(crate) fn alloc_qpn(&self) -> Result<u32> {
-        let mut used = lock(&self.qp_index);
-        let idx = used
-            .iter()
-            .enumerate()
-            .skip(1)
-            .find(|(_, u)| !**u)
-            .map(|(i, _)| i)
-            .ok_or(FabricError::Exhausted {
-                what: "queue pairs on this shm device",
-                limit: u64::from(MAX_QP_INDEX),
-                hint: "destroy idle queue pairs or open another device",
-            })?;
-        used[idx] = true;
-        Ok((self.ctx_id << 12) | idx as u32)
-    }
-
-    /// Releases a queue pair number.
-    pub(crate) fn free_qpn(&self, qpn: u32) {
-        let idx = (qpn & 0xFFF) as usize;
-        if let Some(u) = lock(&self.qp_index).get_mut(idx) {
-            *u = false;
-        }
-    }
-
-    /// Creates a zero-filled shareable segment of `len` bytes.
-    pub(crate) fn new_segment(&self, what: &str, len: usize) -> Result<Arc<Region>> {
-        let name = format!("shm-{}-{what}", self.ctx_id);
-        let r = Region::new(
-            &RegionConfig::new(name, len)
-                .shareable(true)
-                .no_huge()
-                .quiet(),
-        )
-        .map_err(|e| FabricError::Io {
-            op: "creating a shared segment",
-            source: std::io::Error::other(e),
-        })?;
-        Ok(Arc::new(r))
-    }
-
-    /// Maps a peer's segment.
-    pub(crate) fn map_segment(
-        &self,
-        fd: OwnedFd,
-        len: u64,
-        page: u64,
-        what: &str,
-    ) -> Result<Arc<Region>> {
-        let len = usize::try_from(len).map_err(|_| FabricError::Protocol("segment too large"))?;
-        let page = usize::try_from(page).map_err(|_| FabricError::Protocol("bad page size"))?;
-        let r = Region::from_shared_quiet(fd, len, page, what).map_err(|e| FabricError::Io {
-            op: "mapping a peer segment",
-            source: std::io::Error::other(e),
-        })?;
-        Ok(Arc::new(r))
-    }
-
-    /// Maps (or reuses) a peer's completion-queue doorbell.
-    pub(crate) fn map_doorbell(
-        &self,
-        ctx: u32,
-        cq_id: u64,
-        fd: OwnedFd,
-        len: u64,
-    ) -> Result<Arc<Region>> {
-        let mut m = lock(&self.remote_doorbells);
-        if let Some(r) = m.get(&(ctx, cq_id)).and_then(Weak::upgrade) {
-            return Ok(r);
-        }
-        let r = self.map_segment(fd, len, 4096, "peer-doorbell")?;
-        if r.len() < size_of::<Doorbell>() {
-            return Err(FabricError::Protocol("peer doorbell segment too small"));
-        }
-        // SAFETY: the mapping is at least one Doorbell long and page aligned.
-        let d = unsafe { &*r.as_ptr().cast::<Doorbell>() };
-        d.hdr
-            .check(super::layout::SegKind::Doorbell, r.len())
-            .map_err(FabricError::Protocol)?;
-        m.retain(|_, w| w.strong_count() > 0);
-        m.insert((ctx, cq_id), Arc::downgrade(&r));
-        Ok(r)
-    }
-}
-
-impl Drop for DevInner {
-    fn drop(&mut self) {
-        self.service.shutdown();
-        unix::unlink(&self.ctx_sock_path);
-    }
-}
 
 /// An opened shm device: this process's endpoint in a rendezvous directory.
 ///
@@ -170,7 +29,7 @@ impl Drop for DevInner {
 /// socket of the device. That thread never touches the data path.
 #[derive(Clone)]
 pub struct ShmDevice {
-    pub(crate) inner: Arc<DevInner>,
+    pub(crate) inner: Arc<DevCore>,
 }
 
 impl core::fmt::Debug for ShmDevice {
@@ -259,9 +118,9 @@ impl ShmDevice {
             name: cfg.name.clone(),
             provider: "shm",
             max_qp_wr: 16384,
-            max_sge: super::MAX_SGE as u32,
+            max_sge: crate::MAX_SGE as u32,
             max_cqe: 1 << 16,
-            max_inline_data: super::MAX_INLINE as u32,
+            max_inline_data: crate::MAX_INLINE as u32,
             max_msg_size: 1 << 31,
             max_send_size: u64::from(cfg.bounce_bytes),
             mtu: UD_MTU as u32,
@@ -273,24 +132,26 @@ impl ShmDevice {
             op: "creating the control service",
             source: e,
         })?;
-        let inner = Arc::new(DevInner {
+        let inner = Arc::new(DevCore::new(
             cfg,
             attr,
             ctx_id,
             dir,
-            _ctx_lock: ctx_lock,
+            ctx_lock,
             ctx_sock_path,
-            next_id: AtomicU64::new(1),
-            qp_index: Mutex::new(vec![false; MAX_QP_INDEX as usize + 1]),
-            ud_qps: Mutex::new(HashMap::new()),
-            remote_pds: Mutex::new(HashMap::new()),
-            remote_doorbells: Mutex::new(HashMap::new()),
             service,
-            stats: ShmStats::default(),
-        });
+        ));
+        let ctx_fd = ctx_sock.as_raw_fd();
+        inner.service.registry().add(
+            ctx_fd,
+            Arc::new(CtxSock {
+                sock: ctx_sock,
+                dev: Arc::downgrade(&inner),
+            }),
+        );
         inner
             .service
-            .start(&inner, ctx_sock)
+            .start(format!("dp-shm-svc-{}", inner.ctx_id))
             .map_err(|e| FabricError::Io {
                 op: "starting the control service thread",
                 source: e,
@@ -334,8 +195,8 @@ impl Device for ShmDevice {
         ShmCq::new(&self.inner, depth)
     }
 
-    fn create_cm_channel(&self) -> Result<super::cm::ShmCm> {
-        super::cm::ShmCm::new(&self.inner)
+    fn create_cm_channel(&self) -> Result<ShmCm> {
+        ShmCm::new(&self.inner)
     }
 
     fn create_ud_qp(&self, init: &QpInit<'_, Shm>, local: IpAddr, qkey: u32) -> Result<ShmUdQp> {
@@ -351,5 +212,31 @@ impl Device for ShmDevice {
         qkey: u32,
     ) -> Result<ShmUdDest> {
         ShmUdDest::resolve(&self.inner, remote, remote_qpn, qkey)
+    }
+}
+
+/// The context socket: datagram senders connect to it to resolve our UD queue pairs.
+struct CtxSock {
+    sock: OwnedFd,
+    dev: Weak<DevCore>,
+}
+
+impl Watch for CtxSock {
+    fn ready(&self, _reg: &Registry, _fd: RawFd, buf: &mut [u8]) {
+        let Some(dev) = self.dev.upgrade() else {
+            return;
+        };
+        while let Ok(Some(c)) = unix::accept(self.sock.as_raw_fd()) {
+            if !wait_readable(c.as_raw_fd(), 1000) {
+                continue;
+            }
+            let mut fds = Vec::new();
+            if let Ok(Some(n)) = unix::recv(c.as_raw_fd(), buf, &mut fds) {
+                match Msg::decode(&buf[..n]) {
+                    Ok(Msg::UdResolve { qpn }) if fds.is_empty() => answer_resolve(&dev, &c, qpn),
+                    _ => dev.malformed(),
+                }
+            }
+        }
     }
 }

@@ -42,23 +42,36 @@
 
 #![allow(unsafe_code)]
 
+// Bottom up: each module uses only those listed before it.
 pub mod cm;
+mod conn;
+mod core;
 mod cq;
+mod cq_shared;
 mod device;
+mod dgram;
+mod inplace;
 mod layout;
+mod link;
 mod msg;
 mod pd;
 mod place;
 mod qp;
-pub mod service;
+mod rc;
+mod remote;
+mod seg;
+mod service;
 mod ud;
 mod unix;
+mod util;
 
 use std::path::PathBuf;
 
-pub use cm::{ShmCm, ShmConnRequest};
+pub use crate::core::ShmStats;
+pub use cm::ShmCm;
+pub use conn::ShmConnRequest;
 pub use cq::ShmCq;
-pub use device::{ShmDevice, ShmStats, default_rendezvous_dir};
+pub use device::{ShmDevice, default_rendezvous_dir};
 pub use pd::{ShmMr, ShmPd};
 pub use qp::ShmQp;
 pub use ud::{ShmUdDest, ShmUdQp};

@@ -1,229 +1,27 @@
-//! Unreliable-datagram queue pairs.
-//!
-//! Each UD queue pair owns a segment with a bounded multi-producer queue of datagram slots
-//! (Vyukov-style sequence numbers), which any process that resolved it may fill. Datagram
-//! semantics follow hardware: a send completes successfully whether or not the datagram is
-//! delivered; datagrams that find the queue full, no receive posted, a wrong Q_Key or a
-//! destroyed queue pair are dropped and counted in [`ShmStats::ud_dropped`]. Every receive
-//! buffer starts with a 40-byte GRH area, as on InfiniBand and RoCE.
-//!
-//! [`ShmStats::ud_dropped`]: super::ShmStats::ud_dropped
+//! Unreliable-datagram queue pairs and destinations: the application's handles on the
+//! engine in [`dgram`](crate::dgram), attached to their completion queues.
 
-use std::collections::VecDeque;
 use std::net::IpAddr;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use mempool::memory::Region;
-use mempool::ring::{Multi, Producer, Ring, Single};
+use mempool::ring::{Producer, Single};
 
-use crate::cq::{CqShared, SlotEntry};
-use crate::device::{DevInner, lock};
-use crate::layout::{Doorbell, UD_MTU, UdMsg, UdSegView, ud_seg_len};
+use crate::core::{DevCore, UdExport};
+use crate::cq::{CqOps, SlotEntry};
+use crate::dgram::UdCore;
+use crate::layout::{Doorbell, SegKind, UD_MTU, UdMsg, UdSegView};
 use crate::msg::{MAX_MSG, Msg};
-use crate::pd::PdInner;
-use crate::qp::{RecvWqe, clamp_caps};
+use crate::rc::RecvWqe;
+use crate::seg::map_segment;
+use crate::util::lock;
 use crate::{MAX_SGE, Shm, unix};
 use dp_fabric::error::{FabricError, PostError, PostErrorKind, Result};
-use dp_fabric::sync::SpinLock;
 use dp_fabric::traits::{QpInit, UdQueuePair, UdSendWr};
-use dp_fabric::types::{
-    Completion, GRH_LEN, Payload, QpCaps, QpState, RecvWr, SendFlags, WcOpcode, WcStatus,
-};
-
-/// Consecutive polls a reserved-but-unpublished slot is tolerated before it is skipped.
-const STUCK_POLLS: u32 = 1 << 20;
-
-struct UdSend {
-    backlog: VecDeque<Completion>,
-    cq_tx: Producer<Completion, Multi>,
-    progress_tx: Producer<u32, Multi>,
-}
-
-pub(crate) struct UdCore {
-    pub dev: Arc<DevInner>,
-    pub qpn: u32,
-    pub qkey: u32,
-    pub pd: Arc<PdInner>,
-    pub seg: Arc<Region>,
-    pub view: UdSegView,
-    pub caps: QpCaps,
-    pub send_cq: Arc<CqShared>,
-    pub send_slot: u32,
-    pub recv_cq: Arc<CqShared>,
-    pub recv_slot: u32,
-    send: SpinLock<UdSend>,
-    pub recv_consumed: AtomicU64,
-    send_attn: AtomicBool,
-    recv_attn: AtomicBool,
-}
-
-/// Receive state a completion queue owns for one UD queue pair.
-pub(crate) struct UdRecvSide {
-    rq: mempool::ring::Consumer<RecvWqe, Single>,
-    next: u64,
-    stuck: u32,
-}
-
-impl UdCore {
-    /// Counts one more consumed receive (single writer: the receive CQ's poll).
-    #[inline]
-    fn bump_consumed(&self) {
-        // Relaxed load: single writer. Release store pairs with post_recv's Acquire load.
-        let v = self.recv_consumed.load(Ordering::Relaxed);
-        self.recv_consumed.store(v + 1, Ordering::Release);
-    }
-
-    pub(crate) fn clear_attn(&self, send: bool) {
-        let f = if send {
-            &self.send_attn
-        } else {
-            &self.recv_attn
-        };
-        // Relaxed: deduplication only.
-        f.store(false, Ordering::Relaxed);
-    }
-
-    /// Reports backlogged send completions. False if the lock was busy.
-    pub(crate) fn progress(&self) -> bool {
-        let Some(mut st) = self.send.try_lock() else {
-            return false;
-        };
-        while let Some(c) = st.backlog.front().copied() {
-            if st.cq_tx.enqueue(c).is_err() {
-                break;
-            }
-            st.backlog.pop_front();
-        }
-        if !st.backlog.is_empty() && !self.send_attn.swap(true, Ordering::Relaxed) {
-            let slot = self.send_slot;
-            if st.progress_tx.enqueue(slot).is_err() {
-                self.send_attn.store(false, Ordering::Relaxed);
-            }
-        }
-        true
-    }
-
-    fn drop_one(&self) {
-        // Relaxed: statistics.
-        self.dev.stats.ud_dropped.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn drain_recv(&self, rs: &mut UdRecvSide, out: &mut [Completion]) -> (usize, bool) {
-        let mut n = 0;
-        while n < out.len() {
-            let mut c = None;
-            let rq = &mut rs.rq;
-            let got = self.view.recv(rs.next, |src, m| {
-                // Every queued datagram claimed a posted receive at send time.
-                c = rq.dequeue().map(|w| self.land(&w, src, m));
-            });
-            if got.is_none() {
-                if self.view.reserved_unpublished(rs.next) {
-                    rs.stuck += 1;
-                    if rs.stuck >= STUCK_POLLS && self.view.skip(rs.next) {
-                        // A sender died mid-copy: its claim is lost with it; give it back.
-                        self.view.unclaim_recv();
-                        rs.next += 1;
-                        rs.stuck = 0;
-                        self.drop_one();
-                        continue;
-                    }
-                }
-                break;
-            }
-            rs.stuck = 0;
-            rs.next += 1;
-            match c {
-                Some(c) => {
-                    // Release: pairs with the Acquire in post_recv.
-                    self.bump_consumed();
-                    out[n] = c;
-                    n += 1;
-                }
-                None => {
-                    // A datagram without a claimed receive: a sender broke the protocol.
-                    // Relaxed: statistics.
-                    self.dev
-                        .stats
-                        .malformed_cm_msgs
-                        .fetch_add(1, Ordering::Relaxed);
-                    self.drop_one();
-                }
-            }
-        }
-        (n, n == out.len())
-    }
-
-    /// Lands a datagram in a receive.
-    fn land(&self, w: &RecvWqe, src: *const u8, m: &UdMsg) -> Completion {
-        let mut c = Completion {
-            wr_id: w.wr_id,
-            status: WcStatus::Success,
-            opcode: WcOpcode::Recv,
-            byte_len: GRH_LEN + m.len,
-            imm: m.imm,
-            qp_num: self.qpn,
-            src_qp: m.src_qpn,
-        };
-        if u64::from(GRH_LEN + m.len) > u64::from(w.total) {
-            c.status = WcStatus::LocLenErr;
-            c.byte_len = 0;
-            return c;
-        }
-        // The GRH area: an IPv6-style header with version 6, no addresses (the shm fabric
-        // has no routing). Then the payload.
-        let mut grh = [0u8; GRH_LEN as usize];
-        grh[0] = 0x60;
-        grh[6] = 0x1B;
-        grh[7] = 64;
-        let mut pieces: [(&[u8], usize); 2] = [(&grh, 0), (&[], 0)];
-        // SAFETY: src points at the slot payload, m.len <= UD_MTU bytes published by the
-        // sender's Release (acquired by `recv`).
-        pieces[1].0 = unsafe { std::slice::from_raw_parts(src, m.len as usize) };
-        let mut sge_i = 0;
-        let mut sge_off = 0u32;
-        for (bytes, _) in pieces {
-            let mut left = bytes;
-            while !left.is_empty() {
-                let Some(s) = w.sge.get(sge_i).filter(|_| sge_i < w.nsge as usize) else {
-                    c.status = WcStatus::LocLenErr;
-                    c.byte_len = 0;
-                    return c;
-                };
-                let room = (s.length - sge_off) as usize;
-                if room == 0 {
-                    sge_i += 1;
-                    sge_off = 0;
-                    continue;
-                }
-                let k = room.min(left.len());
-                let Some(dst) =
-                    self.pd
-                        .check_local(s.lkey, s.addr + u64::from(sge_off), k as u32, true)
-                else {
-                    c.status = WcStatus::LocProtErr;
-                    c.byte_len = 0;
-                    return c;
-                };
-                // SAFETY: dst..dst+k lies in a live registration with local write rights
-                // (checked); left is a live slice of at least k bytes.
-                unsafe { ptr::copy_nonoverlapping(left.as_ptr(), dst, k) };
-                left = &left[k..];
-                sge_off += k as u32;
-            }
-        }
-        c
-    }
-}
-
-impl Drop for UdCore {
-    fn drop(&mut self) {
-        self.dev.free_qpn(self.qpn);
-    }
-}
+use dp_fabric::types::{Completion, Payload, QpState, RecvWr, SendFlags, WcOpcode, WcStatus};
 
 /// An unreliable-datagram queue pair of the shm provider.
 pub struct ShmUdQp {
@@ -232,6 +30,8 @@ pub struct ShmUdQp {
     recv_posted: u64,
     posted: u64,
     _local: IpAddr,
+    send_ops: Arc<CqOps>,
+    recv_ops: Arc<CqOps>,
 }
 
 impl core::fmt::Debug for ShmUdQp {
@@ -244,104 +44,44 @@ impl core::fmt::Debug for ShmUdQp {
 
 impl ShmUdQp {
     pub(crate) fn new(
-        dev: &Arc<DevInner>,
+        dev: &Arc<DevCore>,
         init: &QpInit<'_, Shm>,
         local: IpAddr,
         qkey: u32,
     ) -> Result<Self> {
-        let caps = clamp_caps(init.caps);
-        let qpn = dev.alloc_qpn()?;
-        let nslots = caps.max_recv_wr.next_power_of_two().clamp(16, 1 << 12);
-        let seg = match dev.new_segment(&format!("ud{qpn:x}"), ud_seg_len(nslots)) {
-            Ok(s) => s,
-            Err(e) => {
-                dev.free_qpn(qpn);
-                return Err(e);
-            }
-        };
-        // SAFETY: fresh zeroed segment of ud_seg_len(nslots) bytes, kept alive by UdCore.
-        let view = unsafe { UdSegView::init(seg.as_ptr(), nslots, qpn, qkey, dev.ctx_id) };
-        let rq_cap = caps.max_recv_wr.next_power_of_two() as usize;
-        let (rq_tx, rq_rx) =
-            Ring::<RecvWqe>::spsc(rq_cap).map_err(|e| FabricError::InvalidArgument {
-                what: "max_recv_wr",
-                why: e.to_string(),
-            })?;
-        let send_cq = init.send_cq.shared().clone();
-        let recv_cq = init.recv_cq.shared().clone();
-        let same = Arc::ptr_eq(&send_cq, &recv_cq);
-        let (cq_tx, progress_tx) = send_cq.producers();
-        let send_slot = send_cq.reserve_slot()?;
-        let recv_slot = if same {
-            send_slot
-        } else {
-            recv_cq.reserve_slot()?
-        };
-        let core = Arc::new(UdCore {
-            dev: dev.clone(),
-            qpn,
+        let (core, rq, rs) = UdCore::create(
+            dev,
+            &init.pd.inner,
+            init.send_cq.shared(),
+            init.recv_cq.shared(),
+            init.caps,
             qkey,
-            pd: init.pd.inner.clone(),
-            seg,
-            view,
-            caps,
-            send_cq: send_cq.clone(),
-            send_slot,
-            recv_cq: recv_cq.clone(),
-            recv_slot,
-            send: SpinLock::new(UdSend {
-                backlog: VecDeque::with_capacity(caps.max_send_wr as usize),
-                cq_tx,
-                progress_tx,
-            }),
-            recv_consumed: AtomicU64::new(0),
-            send_attn: AtomicBool::new(false),
-            recv_attn: AtomicBool::new(false),
-        });
-        // Release: senders that see Rts see an initialised queue.
-        core.view
-            .header()
-            .state
-            .store(QpState::Rts.to_raw(), Ordering::Release);
-        let rs = UdRecvSide {
-            rq: rq_rx,
-            next: 0,
-            stuck: 0,
-        };
-        if same {
-            send_cq.attach(
-                send_slot,
-                SlotEntry::Ud {
-                    core: core.clone(),
-                    send: true,
-                    recv: Some(rs),
-                },
-            );
+        )?;
+        let send_ops = init.send_cq.ops().clone();
+        let recv_ops = init.recv_cq.ops().clone();
+        if Arc::ptr_eq(init.send_cq.shared(), init.recv_cq.shared()) {
+            send_ops.attach(core.send_slot, SlotEntry::ud(core.clone(), true, Some(rs)));
         } else {
-            send_cq.attach(
-                send_slot,
-                SlotEntry::Ud {
-                    core: core.clone(),
-                    send: true,
-                    recv: None,
-                },
-            );
-            recv_cq.attach(
-                recv_slot,
-                SlotEntry::Ud {
-                    core: core.clone(),
-                    send: false,
-                    recv: Some(rs),
-                },
-            );
+            send_ops.attach(core.send_slot, SlotEntry::ud(core.clone(), true, None));
+            recv_ops.attach(core.recv_slot, SlotEntry::ud(core.clone(), false, Some(rs)));
         }
-        lock(&dev.ud_qps).insert(qpn, Arc::downgrade(&core));
+        lock(&dev.ud_exports).insert(
+            core.qpn,
+            UdExport {
+                qkey,
+                recv_slot: core.recv_slot,
+                seg: core.seg.clone(),
+                db_seg: core.recv_cq.db_seg.clone(),
+            },
+        );
         Ok(Self {
             core,
-            rq: rq_tx,
+            rq,
             recv_posted: 0,
             posted: 0,
             _local: local,
+            send_ops,
+            recv_ops,
         })
     }
 }
@@ -353,10 +93,10 @@ impl Drop for ShmUdQp {
             .header()
             .state
             .store(QpState::Error.to_raw(), Ordering::Release);
-        lock(&c.dev.ud_qps).remove(&c.qpn);
-        c.send_cq.detach(c.send_slot);
+        lock(&c.dev.ud_exports).remove(&c.qpn);
+        self.send_ops.detach(c.send_slot);
         if !Arc::ptr_eq(&c.send_cq, &c.recv_cq) {
-            c.recv_cq.detach(c.recv_slot);
+            self.recv_ops.detach(c.recv_slot);
         }
     }
 }
@@ -488,7 +228,7 @@ impl ShmUdDest {
     }
 
     pub(crate) fn resolve(
-        dev: &Arc<DevInner>,
+        dev: &Arc<DevCore>,
         _remote: IpAddr,
         qpn: u32,
         qkey: u32,
@@ -539,7 +279,7 @@ impl ShmUdDest {
         let _ = their_qkey; // Datagrams carry the sender's Q_Key; the receiver checks it.
         let db_fd = fds.pop().ok_or(FabricError::Protocol("missing doorbell"))?;
         let seg_fd = fds.pop().ok_or(FabricError::Protocol("missing segment"))?;
-        let seg = dev.map_segment(seg_fd, seg_len, 4096, "peer-ud")?;
+        let seg = map_segment(seg_fd, seg_len, 4096, "peer-ud")?;
         // SAFETY: seg is a live mapping of seg.len() bytes kept alive in the returned value.
         let view =
             unsafe { UdSegView::attach(seg.as_ptr(), seg.len()) }.map_err(FabricError::Protocol)?;
@@ -548,14 +288,14 @@ impl ShmUdDest {
                 "UD resolve answered for another queue pair",
             ));
         }
-        let db_seg = dev.map_segment(db_fd, cq_seg_len, 4096, "peer-doorbell")?;
+        let db_seg = map_segment(db_fd, cq_seg_len, 4096, "peer-doorbell")?;
         if db_seg.len() < size_of::<Doorbell>() {
             return Err(FabricError::Protocol("peer doorbell too small"));
         }
         // SAFETY: at least one Doorbell long, page aligned.
         unsafe { &*db_seg.as_ptr().cast::<Doorbell>() }
             .hdr
-            .check(super::layout::SegKind::Doorbell, db_seg.len())
+            .check(SegKind::Doorbell, db_seg.len())
             .map_err(FabricError::Protocol)?;
         Ok(Self {
             qpn,
@@ -614,25 +354,23 @@ impl ShmUdDest {
 }
 
 /// Answers a UD resolve request on the context socket (service thread).
-pub(crate) fn answer_resolve(dev: &DevInner, sock: &std::os::fd::OwnedFd, qpn: u32) {
-    let core = lock(&dev.ud_qps)
-        .get(&qpn)
-        .and_then(std::sync::Weak::upgrade);
+pub(crate) fn answer_resolve(dev: &DevCore, sock: &OwnedFd, qpn: u32) {
     let mut buf = Vec::new();
-    match core {
-        Some(c) => {
+    let ex = lock(&dev.ud_exports);
+    match ex.get(&qpn) {
+        Some(e) => {
             Msg::UdResolveRep {
                 status: 0,
-                qkey: c.qkey,
-                cq_slot: c.recv_slot,
-                seg_len: c.seg.len() as u64,
-                cq_seg_len: c.recv_cq.db_seg.len() as u64,
+                qkey: e.qkey,
+                cq_slot: e.recv_slot,
+                seg_len: e.seg.len() as u64,
+                cq_seg_len: e.db_seg.len() as u64,
             }
             .encode(&mut buf);
-            let seg = c.seg.share_handle().map(|h| h.fd);
-            let db = c.recv_cq.db_seg.share_handle().map(|h| h.fd);
+            let seg = e.seg.share_handle().map(|h| h.fd);
+            let db = e.db_seg.share_handle().map(|h| h.fd);
             if let (Some(a), Some(b)) = (seg, db) {
-                let _ = unix::send(sock.as_fd().as_raw_fd(), &buf, &[a, b]);
+                let _ = unix::send(sock.as_raw_fd(), &buf, &[a, b]);
             }
         }
         None => {
