@@ -49,6 +49,10 @@ pub const HEADER_LEN: usize = 40;
 pub const MAGIC: u16 = 0xD9C7;
 /// Frame format version.
 pub const VERSION: u8 = 1;
+/// Smallest message: the 40-byte header ([`HEADER_LEN`]).
+pub const MIN_MSG_LEN: u32 = HEADER_LEN as u32;
+/// Largest message, header included.
+pub const MAX_MSG_LEN: u32 = 64 << 10;
 
 /// What the payload bytes of a message are.
 #[repr(u8)]
@@ -207,7 +211,7 @@ pub fn decode_header(b: &[u8; HEADER_LEN]) -> Result<Msg, FrameError> {
     let pattern =
         Pattern::from_u8(b[field::PATTERN]).ok_or(FrameError::Pattern(b[field::PATTERN]))?;
     let len = u32_at(b, field::LEN);
-    if !(crate::config::MIN_MSG_LEN..=crate::config::MAX_MSG_LEN).contains(&len) {
+    if !(MIN_MSG_LEN..=MAX_MSG_LEN).contains(&len) {
         return Err(FrameError::Len(len));
     }
     Ok(Msg {

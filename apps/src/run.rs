@@ -21,23 +21,23 @@
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::io::{self, Write};
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use dataplane::fabric::FabricError;
 use dataplane::fabric::shm::{ShmConfig, ShmDevice, default_rendezvous_dir};
 use lcore::time::RealClock;
 use lcore::{
-    Ctx, DrainPolicy, InitError, Lcore, LcoreError, LcoreId, Lcores, LcoresConfig, LoopBuilder,
-    LoopConfig, LoopConfigError, LoopExit, LoopReport, PollMode, Poller, Role as LcoreRole,
-    SignalError, StopToken, install_stop_signals,
+    Ctx, DrainPolicy, Lcore, LcoreId, Lcores, LcoresConfig, LoopBuilder, LoopConfig,
+    LoopConfigError, LoopExit, LoopReport, PollMode, Poller, Role as LcoreRole, StopToken,
+    install_stop_signals,
 };
-use mempool::pool::{Pool, PoolConfig, PoolError};
-use mempool::ring::RingError;
+use mempool::pool::{Pool, PoolConfig};
+
+pub use crate::error::RunError;
+pub use crate::stage::FabricDev;
 
 use crate::config::{Config, Provider};
 use crate::monitor::Monitor;
@@ -45,116 +45,6 @@ use crate::stage::{self, Resources, Stage, StageIo, StartGate};
 use crate::stats::StageStats;
 use crate::summary::{LcoreSummary, StopCause, Summary};
 use crate::telemetry::{self, TelemetryListener};
-
-/// An opened fabric device.
-#[derive(Debug, Clone)]
-pub enum FabricDev {
-    /// The shm provider.
-    Shm(ShmDevice),
-    /// The verbs provider.
-    #[cfg(feature = "verbs")]
-    Verbs(dataplane::fabric::verbs::VerbsDevice),
-}
-
-/// Why a pipeline could not run.
-#[non_exhaustive]
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// The core list does not fit this machine or process.
-    #[error("{file}:{line}: [eal] cores: {source}")]
-    Lcores {
-        /// Config file.
-        file: String,
-        /// Line of `cores`.
-        line: usize,
-        /// The lcore error.
-        #[source]
-        source: Box<InitError>,
-    },
-    /// A stage's CPU is not one of the lcores (with `cores = "all"`).
-    #[error(
-        "{file}:{line}: stage `{stage}`: CPU {cpu} is not one of this process's lcores; pick \
-         a CPU the process may use (dpctl check lists them)"
-    )]
-    StageCpu {
-        /// Config file.
-        file: String,
-        /// Line of the stage.
-        line: usize,
-        /// The stage.
-        stage: String,
-        /// Its CPU.
-        cpu: usize,
-    },
-    /// A pool could not be created.
-    #[error("{file}:{line}: pool `{pool}`: {source}")]
-    Pool {
-        /// Config file.
-        file: String,
-        /// Line of the pool section.
-        line: usize,
-        /// The pool.
-        pool: String,
-        /// The pool error.
-        #[source]
-        source: Box<PoolError>,
-    },
-    /// A ring could not be created.
-    #[error("cannot create ring `{ring}`: {source}")]
-    Ring {
-        /// The ring.
-        ring: String,
-        /// The ring error.
-        #[source]
-        source: RingError,
-    },
-    /// The fabric device or an rsocket context could not be set up.
-    #[error("{what}: {source}")]
-    Fabric {
-        /// What was being done.
-        what: String,
-        /// The fabric error.
-        #[source]
-        source: FabricError,
-    },
-    /// An rsocket server could not listen.
-    #[error(
-        "stage `{stage}` cannot listen on {addr}: {source}; is another pipeline serving it? \
-         (`dpctl stats` finds running pipelines)"
-    )]
-    Listen {
-        /// The stage.
-        stage: String,
-        /// The address.
-        addr: SocketAddr,
-        /// The error.
-        #[source]
-        source: io::Error,
-    },
-    /// An rsocket stage without a fabric (validation prevents this).
-    #[error("rsocket stages need a [fabric] section")]
-    NoFabric,
-    /// An lcore could not be launched.
-    #[error("cannot launch the lcores: {0}")]
-    Launch(#[from] LcoreError),
-    /// A loop configuration was rejected.
-    #[error("bad poll-loop configuration: {0}")]
-    Loop(#[from] LoopConfigError),
-    /// Ctrl-C could not be wired.
-    #[error("cannot wire Ctrl-C: {0}")]
-    Signals(#[from] SignalError),
-    /// The telemetry socket could not be created.
-    #[error(
-        "cannot create the telemetry socket {path}: {source}; pass --no-telemetry to run without it"
-    )]
-    Telemetry {
-        /// The socket path.
-        path: PathBuf,
-        /// The error.
-        #[source]
-        source: io::Error,
-    },
-}
 
 /// Where progress lines go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -360,7 +250,7 @@ fn open_fabric(cfg: &Config) -> Result<Option<FabricDev>, RunError> {
         #[cfg(not(feature = "verbs"))]
         Provider::Verbs { .. } => Err(RunError::Fabric {
             what: format!("{}:{}: provider = \"verbs\"", cfg.source, f.line),
-            source: FabricError::NoDevice { name: None },
+            source: dataplane::fabric::FabricError::NoDevice { name: None },
         }),
     }
 }
@@ -623,7 +513,9 @@ pub fn run(cfg: &Config, mut opts: RunOptions) -> Result<Summary, RunError> {
             let view = telemetry::View {
                 lcores: &lcores,
                 monitor: &monitor,
-                shared: &shared,
+                quiesce: &shared.quiesce,
+                done: &shared.done,
+                start: shared.start,
                 config: &cfg.source,
                 hosted: &hosted,
             };

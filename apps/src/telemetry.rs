@@ -22,15 +22,14 @@
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lcore::{Lcores, Role as LcoreRole};
 use serde_json::{Value, json};
 
 use crate::monitor::Monitor;
-use crate::run::Shared;
 
 /// Largest response line.
 pub const MAX_OUTPUT_LEN: usize = 1 << 20;
@@ -101,7 +100,7 @@ impl TelemetryListener {
     /// Serves requests until the run is done.
     pub(crate) fn serve(&self, view: &View<'_>) {
         // Relaxed: `done` is a "please exit" flag; nothing is published through it.
-        while !view.shared.done.load(Ordering::Relaxed) {
+        while !view.done.load(Ordering::Relaxed) {
             match self.listener.accept() {
                 Ok((s, _)) => {
                     let _ = serve_client(s, view);
@@ -121,11 +120,17 @@ impl Drop for TelemetryListener {
     }
 }
 
-/// What the telemetry thread can see.
+/// What the telemetry thread can see: the lcores, the monitor, and the run's stop flags
+/// (owned by the runner, read here).
 pub(crate) struct View<'a> {
     pub(crate) lcores: &'a Lcores<()>,
     pub(crate) monitor: &'a Mutex<Monitor>,
-    pub(crate) shared: &'a Shared,
+    /// Phase one of the stop has begun: the pipeline is draining.
+    pub(crate) quiesce: &'a AtomicBool,
+    /// Every lcore was joined: the telemetry thread exits.
+    pub(crate) done: &'a AtomicBool,
+    /// Wall-clock start of the run.
+    pub(crate) start: Instant,
     pub(crate) config: &'a str,
     pub(crate) hosted: &'a [(usize, Vec<String>)],
 }
@@ -155,7 +160,7 @@ fn serve_client(s: UnixStream, view: &View<'_>) -> io::Result<()> {
         let resp = handle(cmd, view);
         writeln!(w, "{resp}")?;
         // Relaxed: see serve.
-        if view.shared.done.load(Ordering::Relaxed) {
+        if view.done.load(Ordering::Relaxed) {
             return Ok(());
         }
     }
@@ -198,9 +203,9 @@ fn unknown(cmd: &str) -> Value {
 
 fn info(view: &View<'_>) -> Value {
     // Relaxed: status flags for display.
-    let state = if view.shared.done.load(Ordering::Relaxed) {
+    let state = if view.done.load(Ordering::Relaxed) {
         "finished"
-    } else if view.shared.quiesce.load(Ordering::Relaxed) {
+    } else if view.quiesce.load(Ordering::Relaxed) {
         "draining"
     } else {
         "running"
@@ -208,7 +213,7 @@ fn info(view: &View<'_>) -> Value {
     json!({
         "pid": std::process::id(),
         "config": view.config,
-        "uptime_s": view.shared.start.elapsed().as_secs_f64(),
+        "uptime_s": view.start.elapsed().as_secs_f64(),
         "state": state,
         "lcores": view.lcores.len(),
     })

@@ -22,60 +22,12 @@ use std::thread::JoinHandle;
 use mempool::ring::{Multi, Ring, RingError, Single};
 
 use crate::cpuset::{CoreList, CoreSelectError, CpuSet, configured_cpus};
+use crate::id::{LcoreId, LcoreInfo, Role};
 use crate::poll_loop::{LoopBuilder, LoopConfig, LoopConfigError, LoopReport, PollLoop};
 use crate::port::{InboxProducer, Port, Sender};
 use crate::stats::{LoopSnapshot, StatsHandle};
 use crate::stop::StopToken;
 use crate::time::{Clock, RealClock};
-
-/// Index of an lcore within its [`Lcores`] (0-based, in core-list order). Not the CPU number:
-/// see [`LcoreInfo::cpu`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct LcoreId(u16);
-
-impl LcoreId {
-    /// The lcore with index `index`.
-    pub const fn new(index: u16) -> Self {
-        Self(index)
-    }
-
-    /// The index.
-    pub const fn index(self) -> u16 {
-        self.0
-    }
-}
-
-impl fmt::Display for LcoreId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "lcore {}", self.0)
-    }
-}
-
-/// The role of an lcore (DPDK's `ROLE_RTE` main vs worker).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Role {
-    /// Runs on the launching thread through [`Lcores::run_on_main`].
-    Main,
-    /// Runs on its own pinned thread through [`Lcores::launch`].
-    Worker,
-}
-
-/// Static description of one lcore.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct LcoreInfo {
-    /// Its id.
-    pub id: LcoreId,
-    /// The CPU it is pinned to.
-    pub cpu: usize,
-    /// Main or worker.
-    pub role: Role,
-}
-
-impl fmt::Display for LcoreInfo {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} (cpu {}, {:?})", self.id, self.cpu, self.role)
-    }
-}
 
 /// Configuration for [`Lcores::init`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -420,7 +372,7 @@ impl<M: Copy + Send + 'static> Lcores<M> {
             .enumerate()
             .map(|(i, &cpu)| LcoreInfo {
                 // `cpus` has at most MAX_CPUS (1024) distinct entries, so `i` fits in u16.
-                id: LcoreId(i as u16),
+                id: LcoreId::new(i as u16),
                 cpu,
                 role: if i == main_pos {
                     Role::Main
@@ -469,7 +421,7 @@ impl<M: Copy + Send + 'static> Lcores<M> {
             producers: Mutex::new(producers.into_boxed_slice()),
             stop,
             allowed,
-            main: LcoreId(main_pos as u16),
+            main: LcoreId::new(main_pos as u16),
         })
     }
 
@@ -508,7 +460,7 @@ impl<M: Copy + Send + 'static> Lcores<M> {
     /// [`LcoreError::NoSuchLcore`].
     pub fn info(&self, id: LcoreId) -> Result<LcoreInfo, LcoreError> {
         self.infos
-            .get(usize::from(id.0))
+            .get(usize::from(id.index()))
             .copied()
             .ok_or(LcoreError::NoSuchLcore {
                 lcore: id,
@@ -545,14 +497,14 @@ impl<M: Copy + Send + 'static> Lcores<M> {
         self.info(id)?;
         Ok(Sender::new(
             id,
-            lock(&self.producers)[usize::from(id.0)].clone(),
+            lock(&self.producers)[usize::from(id.index())].clone(),
         ))
     }
 
     /// The statistics handle of the loop `id` ran most recently, once it has started one with
     /// [`Lcore::run`].
     pub fn stats(&self, id: LcoreId) -> Option<StatsHandle> {
-        lock(&self.slots.get(usize::from(id.0))?.stats).clone()
+        lock(&self.slots.get(usize::from(id.index()))?.stats).clone()
     }
 
     /// A snapshot of [`stats`](Self::stats).
@@ -568,7 +520,7 @@ impl<M: Copy + Send + 'static> Lcores<M> {
     /// [`LcoreError::Busy`] while the lcore runs, [`LcoreError::NoSuchLcore`].
     pub fn drain_inbox(&self, id: LcoreId, mut f: impl FnMut(M)) -> Result<usize, LcoreError> {
         self.info(id)?;
-        let mut st = lock(&self.slots[usize::from(id.0)].state);
+        let mut st = lock(&self.slots[usize::from(id.index())].state);
         let busy = st.busy;
         let (Some(env), false) = (&mut st.env, busy) else {
             return Err(LcoreError::Busy { lcore: id });
@@ -597,12 +549,12 @@ impl<M: Copy + Send + 'static> Lcores<M> {
         if info.role == Role::Main {
             return Err(LcoreError::NotAWorker { lcore: id });
         }
-        let slot = Arc::clone(&self.slots[usize::from(id.0)]);
+        let slot = Arc::clone(&self.slots[usize::from(id.index())]);
         slot.claim(id)?;
         let thread_slot = Arc::clone(&slot);
         let (pinned_tx, pinned_rx) = mpsc::sync_channel::<io::Result<()>>(1);
         let spawned = std::thread::Builder::new()
-            .name(format!("lcore-{}", id.0))
+            .name(format!("lcore-{}", id.index()))
             .spawn(move || -> Result<R, String> {
                 let slot = thread_slot;
                 let pinned = pin_current(info.cpu);
@@ -696,7 +648,7 @@ impl<M: Copy + Send + 'static> Lcores<M> {
         R: Send + 'static,
     {
         for id in self.workers() {
-            let st = lock(&self.slots[usize::from(id.0)].state);
+            let st = lock(&self.slots[usize::from(id.index())].state);
             if st.busy || st.env.is_none() {
                 return Err(LcoreError::Busy { lcore: id });
             }
@@ -725,7 +677,7 @@ impl<M: Copy + Send + 'static> Lcores<M> {
     pub fn run_on_main<R>(&self, f: impl FnOnce(&mut Lcore<M>) -> R) -> Result<R, LcoreError> {
         let id = self.main;
         let info = self.info(id)?;
-        let slot = &self.slots[usize::from(id.0)];
+        let slot = &self.slots[usize::from(id.index())];
         slot.claim(id)?;
         let Some(mut env) = slot.take() else {
             slot.release(None);

@@ -112,6 +112,7 @@
 #![warn(clippy::undocumented_unsafe_blocks, clippy::unnecessary_safety_comment)]
 
 pub mod cpuset;
+mod id;
 mod lcores;
 pub mod perf;
 pub mod poll_loop;
@@ -127,10 +128,8 @@ pub mod time;
 pub mod timer;
 
 pub use cpuset::{CoreList, CoreListError, CoreSelectError, CpuSet};
-pub use lcores::{
-    InitError, Lcore, LcoreError, LcoreHandle, LcoreId, LcoreInfo, Lcores, LcoresConfig, Role,
-    join_all,
-};
+pub use id::{LcoreId, LcoreInfo, Role};
+pub use lcores::{InitError, Lcore, LcoreError, LcoreHandle, Lcores, LcoresConfig, join_all};
 pub use poll_loop::{
     Ctx, DrainPolicy, LoopBuilder, LoopConfig, LoopConfigError, LoopExit, LoopReport, PollLoop,
     PollMode, Poller, PollerId,

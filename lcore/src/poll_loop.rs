@@ -53,7 +53,7 @@ use core::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::LcoreId;
+use crate::id::LcoreId;
 use crate::port::{Outbox, Port, SendError};
 use crate::stats::{LoopShared, LoopSnapshot, LoopState, PollerInfo, PollerKind, StatsHandle};
 use crate::stop::StopToken;

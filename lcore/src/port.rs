@@ -23,7 +23,7 @@ use core::fmt;
 
 use mempool::ring::{Consumer, Multi, Producer, Single};
 
-use crate::LcoreId;
+use crate::id::LcoreId;
 
 /// The consumer side of an lcore's inbox.
 pub type Inbox<M> = Consumer<M, Single>;

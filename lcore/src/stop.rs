@@ -17,7 +17,7 @@ use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
-use crate::LcoreId;
+use crate::id::LcoreId;
 
 const RUNNING: u64 = 0;
 const REQUESTED: u64 = 1;

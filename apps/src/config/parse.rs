@@ -5,207 +5,45 @@
 //! tagged serde enum: serde buffers tagged content and loses the spans, and with them the line
 //! of the offending key.
 
-use std::ops::Range;
+use std::path::Path;
 
-use serde::de::DeserializeOwned;
 use toml::Spanned;
-use toml::de::{DeTable, DeValue, ValueDeserializer};
+use toml::de::{DeTable, DeValue};
 
-use super::raw::{
-    RawClient, RawEal, RawFabric, RawFanout, RawForwarder, RawGenerator, RawMemory, RawPool,
-    RawRing, RawServer, RawSink,
-};
-use super::{Config, ConfigError};
+use super::doc::Doc;
+use super::error::ConfigError;
+use super::raw::{RawMemory, RawStage, Sections};
+use super::types::Config;
+use super::validate::Checker;
 
 const STAGE_KINDS: &str = "generator, forwarder, fanout, sink, rsocket_server, rsocket_client";
 
-/// The text being parsed, for turning spans into lines.
-pub(super) struct Doc<'a> {
-    pub(super) text: &'a str,
-    pub(super) file: &'a str,
-}
-
-/// A named sub-section (`[pool.NAME]`): its name, header span and value.
-type Named<'i> = (String, Range<usize>, Spanned<DeValue<'i>>);
-
-impl<'a> Doc<'a> {
-    pub(super) fn line(&self, offset: usize) -> usize {
-        let end = offset.min(self.text.len());
-        self.text.as_bytes()[..end]
-            .iter()
-            .filter(|&&b| b == b'\n')
-            .count()
-            + 1
+impl Config {
+    /// Reads and validates a file.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`]: unreadable file, TOML syntax, unknown sections or keys, bad values,
+    /// inconsistent connections; each names the file and line.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::parse(&text, &path.display().to_string())
     }
 
-    pub(super) fn invalid(
-        &self,
-        span: &Range<usize>,
-        section: &str,
-        key: &str,
-        message: String,
-    ) -> ConfigError {
-        ConfigError::Invalid {
-            file: self.file.to_owned(),
-            line: self.line(span.start),
-            key: key.to_owned(),
-            section: section.to_owned(),
-            message,
-        }
-    }
-
-    pub(super) fn bad_value(
-        &self,
-        span: &Range<usize>,
-        section: &str,
-        key: &str,
-        message: String,
-    ) -> ConfigError {
-        ConfigError::BadValue {
-            file: self.file.to_owned(),
-            line: self.line(span.start),
-            key: key.to_owned(),
-            section: section.to_owned(),
-            message,
-        }
-    }
-
-    /// Deserializes one section, turning serde's errors into located ones.
-    fn section<T: DeserializeOwned>(
-        &self,
-        section: &str,
-        value: Spanned<DeValue<'a>>,
-    ) -> Result<T, ConfigError> {
-        let span = value.span();
-        let keys: Vec<(String, Range<usize>)> = match value.get_ref() {
-            DeValue::Table(t) => t
-                .iter()
-                .map(|(k, v)| (k.get_ref().to_string(), k.span().start..v.span().end))
-                .collect(),
-            other => {
-                return Err(self.bad_value(
-                    &span,
-                    "top level",
-                    section,
-                    format!("expected a [{section}] table, found a {}", other.type_str()),
-                ));
-            }
-        };
-        T::deserialize(ValueDeserializer::from(value)).map_err(|e| {
-            let msg = e.message();
-            let at = e.span().unwrap_or_else(|| span.clone());
-            if let Some(rest) = msg.strip_prefix("unknown field `") {
-                let key = rest.split('`').next().unwrap_or(rest).to_owned();
-                let expected = msg
-                    .split_once(", expected ")
-                    .map_or_else(|| "no keys here".to_owned(), |(_, x)| x.to_owned());
-                ConfigError::UnknownKey {
-                    file: self.file.to_owned(),
-                    line: self.line(at.start),
-                    key,
-                    section: section.to_owned(),
-                    expected,
-                }
-            } else if let Some(rest) = msg.strip_prefix("missing field `") {
-                ConfigError::MissingKey {
-                    file: self.file.to_owned(),
-                    line: self.line(span.start),
-                    key: rest.split('`').next().unwrap_or(rest).to_owned(),
-                    section: section.to_owned(),
-                }
-            } else {
-                let key = keys
-                    .iter()
-                    .find(|(_, r)| r.start <= at.start && at.start < r.end)
-                    .map_or("?", |(k, _)| k.as_str());
-                self.bad_value(&at, section, key, msg.to_owned())
-            }
-        })
-    }
-
-    /// The `[kind.NAME]` sub-sections of a table such as `pool`.
-    fn named(
-        &self,
-        kind: &str,
-        value: Spanned<DeValue<'a>>,
-    ) -> Result<Vec<Named<'a>>, ConfigError> {
-        let span = value.span();
-        let DeValue::Table(t) = value.into_inner() else {
-            return Err(self.bad_value(
-                &span,
-                "top level",
-                kind,
-                format!("expected [{kind}.NAME] sections"),
-            ));
-        };
-        let mut out = Vec::new();
-        for (k, v) in t {
-            let name = k.get_ref().to_string();
-            let kspan = k.span();
-            if !v.get_ref().is_table() {
-                return Err(self.bad_value(
-                    &kspan,
-                    kind,
-                    &name,
-                    format!(
-                        "expected a [{kind}.{name}] table, found a {}",
-                        v.get_ref().type_str()
-                    ),
-                ));
-            }
-            if name.is_empty()
-                || !name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-            {
-                return Err(self.invalid(
-                    &kspan,
-                    kind,
-                    &name,
-                    format!("`{name}` is not a valid name; use letters, digits, `_` and `-`"),
-                ));
-            }
-            let header = v.span();
-            out.push((name, header, v));
-        }
-        out.sort_by_key(|(_, s, _)| s.start);
-        Ok(out)
+    /// Validates `text`, naming it `source` in errors.
+    ///
+    /// # Errors
+    ///
+    /// As for [`Config::from_file`], without the read error.
+    pub fn parse(text: &str, source: &str) -> Result<Self, ConfigError> {
+        from_text(text, source)
     }
 }
 
-/// Parsed sections before cross-checks.
-pub(super) struct Sections {
-    pub(super) eal: Option<(RawEal, Range<usize>)>,
-    pub(super) memory: RawMemory,
-    pub(super) fabric: Option<(RawFabric, Range<usize>)>,
-    pub(super) pools: Vec<(String, Range<usize>, RawPool)>,
-    pub(super) rings: Vec<(String, Range<usize>, RawRing)>,
-    pub(super) stages: Vec<(String, Range<usize>, RawStage)>,
-}
-
-pub(super) enum RawStage {
-    Generator(RawGenerator),
-    Forwarder(RawForwarder),
-    Fanout(RawFanout),
-    Sink(RawSink),
-    Server(RawServer),
-    Client(RawClient),
-}
-
-impl RawStage {
-    pub(super) fn lcore(&self) -> &Spanned<usize> {
-        match self {
-            Self::Generator(s) => &s.lcore,
-            Self::Forwarder(s) => &s.lcore,
-            Self::Fanout(s) => &s.lcore,
-            Self::Sink(s) => &s.lcore,
-            Self::Server(s) => &s.lcore,
-            Self::Client(s) => &s.lcore,
-        }
-    }
-}
-
-pub(super) fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
+fn from_text(text: &str, file: &str) -> Result<Config, ConfigError> {
     let doc = Doc { text, file };
     let root = DeTable::parse(text).map_err(|e| ConfigError::Syntax {
         file: file.to_owned(),
@@ -255,7 +93,7 @@ pub(super) fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
             }
         }
     }
-    super::validate::Checker::new(&doc, s).check()
+    Checker::new(&doc, s).check()
 }
 
 /// Deserializes a `[stage.NAME]` table by its `kind`.

@@ -1,6 +1,9 @@
 //! The file format as serde sees it: one struct per section, unknown keys denied. Values
 //! that later checks refer to are [`Spanned`] so those checks can name their line.
-//! [`super::parse`] turns these into the validated types of [`super`].
+//! [`super::parse`] turns these into the validated types of [`super`]; [`Sections`] holds a
+//! whole file in this form, before the cross-section checks.
+
+use std::ops::Range;
 
 use serde::Deserialize;
 use toml::Spanned;
@@ -173,4 +176,36 @@ pub(super) struct RawClient {
     pub verify: Option<bool>,
     pub burst: Option<Spanned<usize>>,
     pub connect_timeout_ms: Option<Spanned<u64>>,
+}
+
+/// Parsed sections before cross-checks.
+pub(super) struct Sections {
+    pub(super) eal: Option<(RawEal, Range<usize>)>,
+    pub(super) memory: RawMemory,
+    pub(super) fabric: Option<(RawFabric, Range<usize>)>,
+    pub(super) pools: Vec<(String, Range<usize>, RawPool)>,
+    pub(super) rings: Vec<(String, Range<usize>, RawRing)>,
+    pub(super) stages: Vec<(String, Range<usize>, RawStage)>,
+}
+
+pub(super) enum RawStage {
+    Generator(RawGenerator),
+    Forwarder(RawForwarder),
+    Fanout(RawFanout),
+    Sink(RawSink),
+    Server(RawServer),
+    Client(RawClient),
+}
+
+impl RawStage {
+    pub(super) fn lcore(&self) -> &Spanned<usize> {
+        match self {
+            Self::Generator(s) => &s.lcore,
+            Self::Forwarder(s) => &s.lcore,
+            Self::Fanout(s) => &s.lcore,
+            Self::Sink(s) => &s.lcore,
+            Self::Server(s) => &s.lcore,
+            Self::Client(s) => &s.lcore,
+        }
+    }
 }

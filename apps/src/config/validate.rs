@@ -11,16 +11,18 @@ use mempool::memory::HugePolicy;
 use mempool::pool::{flush_threshold, max_cache_size};
 use toml::Spanned;
 
-use super::parse::{Doc, RawStage, Sections};
+use super::doc::Doc;
+use super::error::ConfigError;
 use super::raw::{
-    RawGenerator, RawHuge, RawMode, RawOnFull, RawPattern, RawProvider, RawServerMode,
+    RawGenerator, RawHuge, RawMode, RawOnFull, RawPattern, RawProvider, RawServerMode, RawStage,
+    Sections,
 };
-use super::{
-    ClientDef, Config, ConfigError, Eal, Fabric, FanoutDef, ForwarderDef, GeneratorDef, MAX_BURST,
-    MAX_MSG_LEN, MAX_POOLS, MIN_MSG_LEN, Memory, OnFull, PoolDef, Provider, RingDef, ServerDef,
-    ServerMode, SinkDef, StageDef, StageKind,
+use super::types::{
+    ClientDef, Config, Eal, Fabric, FanoutDef, ForwarderDef, GeneratorDef, MAX_BURST, MAX_POOLS,
+    Memory, OnFull, PoolDef, Provider, RingDef, ServerDef, ServerMode, SinkDef, StageDef,
+    StageKind,
 };
-use crate::msg::{HEADER_LEN, Pattern};
+use crate::msg::{HEADER_LEN, MAX_MSG_LEN, MIN_MSG_LEN, Pattern};
 
 const DEFAULT_RING_CAPACITY: usize = 1024;
 const MAX_RING_CAPACITY: usize = 1 << 20;

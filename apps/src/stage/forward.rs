@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::{Stage, StageIo, push_pending};
+use super::env::{Stage, StageIo, push_pending};
 use crate::config::{FanoutDef, OnFull};
 use crate::link::{Rx, Tx};
 use crate::msg::Msg;

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use mempool::pool::ObjId;
 
-use super::{Stage, StageIo, push_pending, stamp_now};
+use super::env::{Stage, StageIo, push_pending, stamp_now};
 use crate::config::{GeneratorDef, OnFull};
 use crate::link::Tx;
 use crate::msg::{Msg, Pattern};

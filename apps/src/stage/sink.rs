@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::{Stage, StageIo, Terminus, stamp_now};
+use super::env::{Stage, StageIo, Terminus, stamp_now};
 use crate::config::SinkDef;
 use crate::link::Rx;
 use crate::msg::Msg;

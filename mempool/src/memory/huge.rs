@@ -15,9 +15,9 @@ use std::ptr::NonNull;
 use memmap2::MmapOptions;
 
 use super::MemError;
+use super::kernel::HugepagePool;
 use super::map::{HugeAlloc, Memory, create_memfd, round_up, touch_pages};
 use super::notice::PageSize;
-use super::preflight::HugepagePool;
 use super::sys::{HUGE_2M, default_hugepage_size, hugepage_pool, pool_dir};
 
 /// A mapped hugepage region, before it becomes a `Region`.

@@ -50,6 +50,7 @@
 
 mod error;
 mod huge;
+mod kernel;
 mod map;
 mod notice;
 mod preflight;
@@ -60,8 +61,9 @@ mod sys;
 use std::fmt;
 
 pub use error::MemError;
+pub use kernel::{HugepagePool, Limit, MemlockLimit, ThpMode};
 pub use notice::{set_notice_sink, stderr_notice_sink};
-pub use preflight::{Finding, HugepagePool, Limit, MemlockLimit, Preflight, Severity, ThpMode};
+pub use preflight::{Finding, Preflight, Severity};
 pub use region::{Region, ShareHandle};
 
 /// Whether a region may, must, or must not use hugepages.

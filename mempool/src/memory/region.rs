@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use memmap2::{MmapOptions, MmapRaw};
 
 use super::huge::{self, Mapped};
+use super::kernel::Limit;
 use super::map::{Memory, create_memfd, fallocate, populate_shared, round_up, touch_pages};
 use super::notice::{self, Residency, Size};
-use super::preflight::Limit;
 use super::registry;
 use super::sys::{base_page_size, has_cap_ipc_lock, locked_bytes, memlock_limit};
 use super::{Backend, HugePolicy, MemError, RegionConfig};

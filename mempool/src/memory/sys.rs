@@ -10,7 +10,7 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use super::preflight::{HugepagePool, Limit, MemlockLimit, ThpMode};
+use super::kernel::{HugepagePool, Limit, MemlockLimit, ThpMode};
 
 /// The hugepage size the shareable backend asks for (`MFD_HUGE_2MB`).
 pub(crate) const HUGE_2M: usize = 2 << 20;

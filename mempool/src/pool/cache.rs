@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use crate::ring::{Consumer, Multi, Producer};
 
-use super::error::Empty;
+use super::config::check_cache_size;
+use super::error::{Empty, PoolError};
 use super::stats::{CacheCounters, CacheStatsRef, PoolStats};
 use super::{CACHE_CAPACITY, CACHE_MAX_SIZE, ObjId, Pool, flush_threshold};
 
@@ -321,6 +322,25 @@ impl PoolCache {
     #[inline(never)]
     fn publish_cold(&mut self) {
         self.publish_stats();
+    }
+}
+
+// Making caches: the pool's side of `PoolCache`, here so that `objects.rs` need not know the type.
+impl Pool {
+    /// A cache of [`Pool::cache_size`] objects for the calling thread (see [`PoolCache`]).
+    pub fn cache(self: &Arc<Self>) -> PoolCache {
+        PoolCache::new(Arc::clone(self), self.cache_size())
+    }
+
+    /// A cache of `size` objects; 0 makes a cache-less port with per-thread counters.
+    ///
+    /// # Errors
+    ///
+    /// [`PoolError::CacheTooLarge`] or [`PoolError::CacheTooLargeForCount`], as for
+    /// [`Pool::new`].
+    pub fn cache_with_size(self: &Arc<Self>, size: u32) -> Result<PoolCache, PoolError> {
+        check_cache_size(self.name(), size, self.count())?;
+        Ok(PoolCache::new(Arc::clone(self), size))
     }
 }
 

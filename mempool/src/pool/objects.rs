@@ -8,17 +8,16 @@ use crossbeam_utils::CachePadded;
 
 use crate::memory::{Region, RegionConfig};
 
-use super::cache::PoolCache;
-use super::config::{ObjLayout, PoolConfig, check_cache_size};
+use super::config::{ObjLayout, PoolConfig};
 use super::error::{Empty, PoolError};
-use super::owned::PoolBox;
 use super::port::RingPort;
 use super::stats::{Mutex, MutexGuard, PoolStats, Registry, SharedStats};
 use super::{MemChunk, ObjId};
 
 /// A pool of fixed-size objects carved from one region; see the [module docs](super).
 ///
-/// Created behind an `Arc`: caches and [`PoolBox`]es keep the pool (and so its memory) alive.
+/// Created behind an `Arc`: caches and [`PoolBox`](super::PoolBox)es keep the pool (and so its
+/// memory) alive.
 pub struct Pool {
     /// Name from the config.
     name: String,
@@ -233,7 +232,8 @@ impl Pool {
     /// (`rte_mempool_get_bulk` on a cache-less pool). An empty `out` succeeds.
     ///
     /// Each call is one multi-consumer ring operation and one shared counter update; per-lcore
-    /// code should use a [`PoolCache`] (a cache of size 0 avoids the shared counter).
+    /// code should use a [`PoolCache`](super::PoolCache) (a cache of size 0 avoids the shared
+    /// counter).
     ///
     /// # Errors
     ///
@@ -258,9 +258,10 @@ impl Pool {
     ///
     /// # Safety
     ///
-    /// `id` must have been handed out by a get on this pool (or [`PoolBox::into_raw`]) and not
-    /// been put back since: the caller gives up the object. The `debug` feature checks this
-    /// and panics on a double free or a foreign id.
+    /// `id` must have been handed out by a get on this pool (or
+    /// [`PoolBox::into_raw`](super::PoolBox::into_raw)) and not been put back since: the caller
+    /// gives up the object. The `debug` feature checks this and panics on a double free or a
+    /// foreign id.
     #[inline]
     pub unsafe fn put(&self, id: ObjId) {
         // SAFETY: forwarded caller contract.
@@ -287,33 +288,6 @@ impl Pool {
         self.shared.on_put(ids.len());
     }
 
-    /// Takes one object from the ring as an owned handle that puts it back when dropped.
-    ///
-    /// # Errors
-    ///
-    /// [`Empty`] when the ring holds no object.
-    pub fn get_owned(self: &Arc<Self>) -> Result<PoolBox, Empty> {
-        let id = self.get()?;
-        // SAFETY: `id` was just taken from this pool, and nobody else owns it.
-        Ok(unsafe { PoolBox::from_raw(Arc::clone(self), id) })
-    }
-
-    /// A cache of [`Pool::cache_size`] objects for the calling thread (see [`PoolCache`]).
-    pub fn cache(self: &Arc<Self>) -> PoolCache {
-        PoolCache::new(Arc::clone(self), self.cache_size)
-    }
-
-    /// A cache of `size` objects; 0 makes a cache-less port with per-thread counters.
-    ///
-    /// # Errors
-    ///
-    /// [`PoolError::CacheTooLarge`] or [`PoolError::CacheTooLargeForCount`], as for
-    /// [`Pool::new`].
-    pub fn cache_with_size(self: &Arc<Self>, size: u32) -> Result<PoolCache, PoolError> {
-        check_cache_size(&self.name, size, self.count)?;
-        Ok(PoolCache::new(Arc::clone(self), size))
-    }
-
     /// Objects in the ring, not counting any cache (exact when nothing runs concurrently).
     pub fn in_ring(&self) -> usize {
         self.ring.len()
@@ -323,8 +297,10 @@ impl Pool {
     ///
     /// Approximate while other threads get and put: the ring and each cache are read at
     /// different moments, and a live cache is counted as of its last statistics publication
-    /// (exact once it is flushed, dropped or has called [`PoolCache::publish_stats`]). A get can fail even when this is large, because objects in other
-    /// lcores' caches are not reachable (see the module docs on stranded objects).
+    /// (exact once it is flushed, dropped or has called
+    /// [`PoolCache::publish_stats`](super::PoolCache::publish_stats)). A get can fail even when
+    /// this is large, because objects in other lcores' caches are not reachable (see the module
+    /// docs on stranded objects).
     pub fn available(&self) -> usize {
         let cached = self.registry().cached();
         (self.ring.len() as u64 + cached).min(u64::from(self.count)) as usize
@@ -343,7 +319,7 @@ impl Pool {
 
     /// Counters summed over every cache (live and dropped) and the cache-less path. Live caches
     /// count as of their last publication (every [`PUBLISH_EVERY`](super::PUBLISH_EVERY)
-    /// operations, flush, drop or [`PoolCache::publish_stats`]).
+    /// operations, flush, drop or [`PoolCache::publish_stats`](super::PoolCache::publish_stats)).
     pub fn stats(&self) -> PoolStats {
         self.registry().totals(&self.shared)
     }

@@ -7,6 +7,7 @@ use core::ptr::NonNull;
 use core::slice;
 use std::sync::Arc;
 
+use super::error::Empty;
 use super::{ObjId, Pool};
 
 /// One object of a pool, owned: its bytes are this handle's until it is dropped, which puts
@@ -97,6 +98,20 @@ impl PoolBox {
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: as in `as_slice`; `&mut self` makes this the only borrow of the bytes.
         unsafe { slice::from_raw_parts_mut(self.as_ptr().as_ptr(), self.len()) }
+    }
+}
+
+// Owned gets: the pool's side of `PoolBox`, here so that `objects.rs` need not know the type.
+impl Pool {
+    /// Takes one object from the ring as an owned handle that puts it back when dropped.
+    ///
+    /// # Errors
+    ///
+    /// [`Empty`] when the ring holds no object.
+    pub fn get_owned(self: &Arc<Self>) -> Result<PoolBox, Empty> {
+        let id = self.get()?;
+        // SAFETY: `id` was just taken from this pool, and nobody else owns it.
+        Ok(unsafe { PoolBox::from_raw(Arc::clone(self), id) })
     }
 }
 

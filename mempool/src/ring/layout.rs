@@ -25,7 +25,7 @@ use crossbeam_utils::CachePadded;
 
 use super::error::RingError;
 use super::mode::{Side, SyncMode, mode_name};
-use super::storage::Slot;
+use crate::sync::UnsafeCell;
 use crate::sync::atomic::AtomicU32;
 
 /// Element types that may live in a ring shared between processes.
@@ -57,6 +57,9 @@ shm_safe!(
 // SAFETY: an array of `ShmSafe` elements has no padding between elements, no pointers, and every
 // bit pattern of it is a sequence of valid elements.
 unsafe impl<T: ShmSafe, const N: usize> ShmSafe for [T; N] {}
+
+/// One slot of the ring. Outside loom this has exactly the layout of `T`.
+pub(crate) type Slot<T> = UnsafeCell<MaybeUninit<T>>;
 
 /// `b"dp-ring\0"` read as a little-endian `u64`.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"dp-ring\0");

@@ -20,11 +20,7 @@ use std::sync::Arc;
 #[cfg(not(loom))]
 use super::copy::copy_run;
 use super::headtail::Indices;
-use super::layout::{RingHeader, RingLayout};
-use crate::sync::UnsafeCell;
-
-/// One slot of the ring. Outside loom this has exactly the layout of `T`.
-pub(crate) type Slot<T> = UnsafeCell<MaybeUninit<T>>;
+use super::layout::{RingHeader, RingLayout, Slot};
 
 /// Keeps the memory behind a ring alive for as long as any handle exists.
 ///

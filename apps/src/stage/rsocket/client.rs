@@ -21,11 +21,11 @@ use dataplane::rsocket::{RecvFlags, RsContext, RsError, RsStream, SendFlagsRs, S
 use lcore::time::Instant;
 
 use super::bytes::{ByteBuf, encode, next_frame};
-use crate::config::{ClientDef, MAX_MSG_LEN};
+use crate::config::ClientDef;
 use crate::link::{Rx, Tx};
-use crate::msg::Msg;
+use crate::msg::{MAX_MSG_LEN, Msg};
 use crate::payload::Payloads;
-use crate::stage::{Stage, StageIo, StartGate, Terminus, push_pending, stamp_now};
+use crate::stage::env::{Stage, StageIo, StartGate, Terminus, push_pending, stamp_now};
 use crate::stats::StageStats;
 
 const TX_BUF: usize = 1 << 20;

@@ -20,11 +20,11 @@ use dataplane::rsocket::{RsConfig, RsContext};
 pub use client::RsClient;
 pub use server::RsServer;
 
-use super::{Stage, StartGate};
+use super::env::{FabricDev, Stage, StartGate};
 use crate::config::{ClientDef, ServerDef};
+use crate::error::RunError;
 use crate::link::{Rx, Tx};
 use crate::payload::Payloads;
-use crate::run::{FabricDev, RunError};
 use crate::stats::StageStats;
 
 /// The rsocket contexts of a process: one per lcore and side (servers, clients), shared by

@@ -18,12 +18,12 @@ use dataplane::rsocket::{RecvFlags, RsContext, RsError, RsListener, RsStream, Se
 use mempool::pool::ObjId;
 
 use super::bytes::{ByteBuf, next_frame};
-use crate::config::{MAX_MSG_LEN, ServerDef, ServerMode};
+use crate::config::{ServerDef, ServerMode};
+use crate::error::RunError;
 use crate::link::Tx;
-use crate::msg::Msg;
+use crate::msg::{MAX_MSG_LEN, Msg};
 use crate::payload::{self, Payloads};
-use crate::run::RunError;
-use crate::stage::{Stage, StageIo, Terminus, push_pending, stamp_now};
+use crate::stage::env::{Stage, StageIo, Terminus, push_pending, stamp_now};
 use crate::stats::StageStats;
 
 const RX_BUF: usize = 256 << 10;

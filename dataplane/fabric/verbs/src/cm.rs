@@ -5,9 +5,10 @@
 //! resolving, the passive side's ids are born there as children of a listener). Each id's
 //! `context` holds the [`ConnId`] (or, tagged, the [`ListenId`]) the events name.
 //!
-//! The channel's connection table maps a `ConnId` to its id, queue-pair tracking state and
-//! addresses. A queue pair removes its entry before destroying its id, under the same lock
-//! event handling and `disconnect` use, so neither ever touches a destroyed id. Events are
+//! The channel's connection table (it lives with the channel itself in `chan`, which queue
+//! pairs keep alive) maps a `ConnId` to its id, queue-pair tracking state and addresses. A
+//! queue pair removes its entry before destroying its id, under the same lock event
+//! handling and `disconnect` use, so neither ever touches a destroyed id. Events are
 //! acknowledged right after they are translated, so `rdma_destroy_id` (which waits for the
 //! acknowledgement of every event it has delivered) never waits on us.
 //!
@@ -33,18 +34,18 @@ use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdma_sys as ffi;
 use rdma_sys::rdma_cm_event_type as ev;
 
-use crate::device::DevInner;
+use crate::chan::{ChanInner, ConnEntry, Phase};
+use crate::dev::{DevInner, lock};
 use crate::pdata::{self, Wire};
 use crate::qp::{VerbsQp, check_objects};
 use crate::resolve::TempId;
 use crate::sys::{self, IdPtr, SockAddr, errno, os_err};
-use crate::track::Track;
 use crate::{PrivateDataFormat, Verbs};
 use dp_fabric::error::{FabricError, Result};
 use dp_fabric::traits::{
@@ -65,71 +66,6 @@ const RETRY_INFINITE: u8 = 7;
 const RDMA_MAX_DEPTH: u8 = 0xFF;
 /// RNR NAK timer code for 0.64 ms (the IB encoding; 0 would be 655 ms).
 const MIN_RNR_TIMER: u8 = 12;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Where a connection is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Phase {
-    /// REQ sent (active) or REP sent (passive).
-    Connecting,
-    /// Up.
-    Established,
-    /// Over; reported.
-    Ended,
-}
-
-/// One connection in the channel's table.
-pub(crate) struct ConnEntry {
-    id: IdPtr,
-    track: Arc<Track>,
-    active: bool,
-    local: SocketAddr,
-    peer: SocketAddr,
-    phase: Phase,
-    local_disconnect: bool,
-}
-
-impl ConnEntry {
-    /// True if dropping the queue pair should send a disconnect.
-    pub(crate) fn may_disconnect(&self) -> bool {
-        self.phase != Phase::Ended
-    }
-}
-
-pub(crate) struct ChanInner {
-    pub dev: Arc<DevInner>,
-    ch: *mut ffi::rdma_event_channel,
-    conns: Mutex<HashMap<ConnId, ConnEntry>>,
-}
-
-// SAFETY: the channel is used through librdmacm calls that are thread safe; the table is
-// behind a mutex; the channel is destroyed only in Drop, when nothing refers to it.
-unsafe impl Send for ChanInner {}
-// SAFETY: as above.
-unsafe impl Sync for ChanInner {}
-
-impl Drop for ChanInner {
-    fn drop(&mut self) {
-        // Queue pairs and connection requests hold an Arc of the channel, and the listeners
-        // were destroyed by VerbsCm's Drop, so no id lives on it any more.
-        // SAFETY: ch came from rdma_create_event_channel and is destroyed once.
-        unsafe { ffi::rdma_destroy_event_channel(self.ch) };
-    }
-}
-
-impl ChanInner {
-    /// Removes a connection (its queue pair is going away).
-    pub(crate) fn remove(&self, conn: ConnId) -> Option<ConnEntry> {
-        lock(&self.conns).remove(&conn)
-    }
-
-    fn insert(&self, conn: ConnId, e: ConnEntry) {
-        lock(&self.conns).insert(conn, e);
-    }
-}
 
 /// Moves a queue pair to the error state (flushing what is outstanding).
 ///
@@ -309,28 +245,8 @@ impl Drop for VerbsCm {
 
 impl VerbsCm {
     pub(crate) fn new(dev: &Arc<DevInner>) -> Result<Self> {
-        // SAFETY: no arguments; NULL with errno on failure.
-        let ch = unsafe { ffi::rdma_create_event_channel() };
-        if ch.is_null() {
-            return Err(FabricError::last_os("rdma_create_event_channel"));
-        }
-        let inner = Arc::new(ChanInner {
-            dev: dev.clone(),
-            ch,
-            conns: Mutex::new(HashMap::new()),
-        });
-        // SAFETY: ch is live.
-        let chfd = unsafe { (*ch).fd };
-        // SAFETY: F_GETFL/F_SETFL on the channel's descriptor.
-        let ok = unsafe {
-            let fl = libc::fcntl(chfd, libc::F_GETFL);
-            fl >= 0 && libc::fcntl(chfd, libc::F_SETFL, fl | libc::O_NONBLOCK) == 0
-        };
-        if !ok {
-            return Err(FabricError::last_os(
-                "making the CM event channel non-blocking",
-            ));
-        }
+        let inner = ChanInner::new(dev)?;
+        let chfd = inner.fd();
         // SAFETY: eventfd(2) with valid flags; the result is checked.
         let fd = unsafe {
             libc::eventfd(

@@ -10,12 +10,12 @@
 
 use std::mem::MaybeUninit;
 use std::ptr;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use rdma_sys as ffi;
 
 use crate::conv::{wc_opcode, wc_status};
-use crate::device::DevInner;
+use crate::dev::{DevInner, lock};
 use crate::track::Track;
 use dp_fabric::error::{FabricError, Result};
 use dp_fabric::traits::CompletionQueue;
@@ -44,10 +44,6 @@ impl Drop for CqInner {
         // SAFETY: cq came from ibv_create_cq and is destroyed once.
         unsafe { ffi::ibv_destroy_cq(self.cq) };
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl CqInner {

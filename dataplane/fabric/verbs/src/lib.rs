@@ -80,9 +80,11 @@
 #![cfg(feature = "verbs")]
 #![allow(unsafe_code)]
 
+mod chan;
 mod cm;
 mod conv;
 mod cq;
+mod dev;
 mod device;
 mod pd;
 mod pdata;

@@ -7,7 +7,7 @@ use rdma_sys as ffi;
 
 use crate::Verbs;
 use crate::conv::access_flags;
-use crate::device::DevInner;
+use crate::dev::DevInner;
 use crate::sys::{errno, os_err};
 use dp_fabric::error::{FabricError, Result};
 use dp_fabric::traits::{MemoryRegion, ProtectionDomain};

@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use rdma_sys as ffi;
 
-use crate::cm::ChanInner;
+use crate::chan::ChanInner;
 use crate::conv::{self, send_flags, send_opcode};
 use crate::cq::CqInner;
-use crate::device::DevInner;
+use crate::dev::DevInner;
 use crate::pd::PdInner;
 use crate::post::{RecvQueue, SendScratch, hw_sge, post_error};
 use crate::sys::{self, IdPtr};

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use rdma_sys as ffi;
 use rdma_sys::rdma_cm_event_type as ev;
 
-use crate::device::DevInner;
+use crate::dev::DevInner;
 use crate::sys::{IdPtr, SockAddr, errno, os_err};
 use dp_fabric::error::{FabricError, Result};
 

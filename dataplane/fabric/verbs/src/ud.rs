@@ -19,7 +19,7 @@ use rdma_sys as ffi;
 use crate::Verbs;
 use crate::conv::send_flags;
 use crate::cq::CqInner;
-use crate::device::DevInner;
+use crate::dev::DevInner;
 use crate::pd::{PdInner, VerbsPd};
 use crate::post::{RecvQueue, SendScratch, hw_sge, post_error};
 use crate::qp::{check_objects, granted, qp_cap};
