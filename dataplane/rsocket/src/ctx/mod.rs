@@ -1,0 +1,532 @@
+//! The rsocket context: sockets over one fabric device, with all progress made inside API
+//! calls (or by an lcore poller calling [`RsContext::progress`]).
+//!
+//! A context owns the device's protection domain, one CM event channel, the buffer arena
+//! and every socket made from it. Sockets are named by [`SockId`], like file descriptors;
+//! [`RsStream`](super::RsStream) and [`RsListener`](super::RsListener) wrap them for Rust
+//! callers, and the C library uses the ids directly. Each stream socket has its own queue
+//! pair and completion queue, as in librdmacm; nothing runs in the background: credits,
+//! completions and connection events are processed when the application calls in.
+//!
+//! A context is `Send + Sync` (an `Arc` of a spin lock inside: uncontended except by its CM thread); for parallelism use one context
+//! per thread or lcore, as DPDK applications use one queue per lcore.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use dp_fabric::sync::{SpinGuard, SpinLock};
+use std::time::{Duration, Instant as StdInstant};
+
+use lcore::time::{Clock, RealClock};
+
+use crate::arena::{ARENA_CHUNK, Arena};
+use crate::conn::{Ready, Shutdown};
+use crate::error::RsError;
+use crate::opts::{RsConfig, SockOpt, SockOptName, SockOpts};
+use crate::wait::Waiter;
+use dp_fabric::{CmChannel, Completion, Device, FabricError, Provider};
+
+mod engine;
+mod iomap;
+mod sock;
+
+pub use sock::{RecvFlags, SendFlagsRs, SockId};
+
+use engine::{CLOSE_TIMEOUT, CONNECT_TIMEOUT, CmThread, Ctx};
+use sock::{Kind, Phase};
+
+/// A context: sockets over one fabric device.
+pub struct RsContext<P: Provider> {
+    inner: Arc<SpinLock<Ctx<P>>>,
+    polling_time: Duration,
+}
+
+impl<P: Provider> Clone for RsContext<P> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            polling_time: self.polling_time,
+        }
+    }
+}
+
+impl<P: Provider> std::fmt::Debug for RsContext<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RsContext")
+            .field("provider", &P::NAME)
+            .finish()
+    }
+}
+
+impl<P: Provider> RsContext<P> {
+    /// A context on `dev` with the system defaults ([`RsConfig::from_system`]).
+    ///
+    /// # Errors
+    /// Failing to allocate the protection domain or the CM channel.
+    pub fn new(dev: P::Device) -> Result<Self, FabricError> {
+        Self::with_config(dev, RsConfig::from_system())
+    }
+
+    /// A context with explicit defaults.
+    ///
+    /// # Errors
+    /// As [`RsContext::new`].
+    pub fn with_config(dev: P::Device, cfg: RsConfig) -> Result<Self, FabricError> {
+        let pd = dev.alloc_pd()?;
+        let cm = dev.create_cm_channel()?;
+        let polling_time = cfg.polling_time;
+        let event_fd = cm.event_fd();
+        let ctx = Self {
+            inner: Arc::new(SpinLock::new(Ctx {
+                cm_thread: None,
+                dev,
+                pd,
+                cm,
+                arena: Arena::new(ARENA_CHUNK),
+                socks: Vec::new(),
+                free_ids: Vec::new(),
+                by_conn: HashMap::new(),
+                by_listen: HashMap::new(),
+                cfg,
+                clock: RealClock::new(),
+                scratch: vec![Completion::default(); 64],
+                keepalive_socks: 0,
+            })),
+            polling_time,
+        };
+        let t =
+            CmThread::spawn(Arc::downgrade(&ctx.inner), event_fd).map_err(|e| FabricError::Io {
+                op: "starting the rsocket connection-manager thread",
+                source: e,
+            })?;
+        ctx.lock().cm_thread = Some(t);
+        Ok(ctx)
+    }
+
+    fn lock(&self) -> SpinGuard<'_, Ctx<P>> {
+        self.inner.lock()
+    }
+
+    /// Makes progress on every socket and connection event; returns the work done (0 when
+    /// idle). Call it from an lcore poller to serve many sockets from one loop.
+    pub fn progress(&self) -> usize {
+        self.lock().progress()
+    }
+
+    /// Runs `f` with the context's device and protection domain (for socket kinds that
+    /// manage their own queue pairs, such as datagram sockets).
+    pub(crate) fn with_device<R>(&self, f: impl FnOnce(&P::Device, &P::Pd, &RsConfig) -> R) -> R {
+        let c = self.lock();
+        f(&c.dev, &c.pd, &c.cfg)
+    }
+
+    /// The busy-poll time of blocking calls.
+    pub fn polling_time(&self) -> Duration {
+        self.polling_time
+    }
+
+    /// Sets the busy-poll time of blocking calls (latency-sensitive callers raise it).
+    pub fn set_polling_time(&mut self, d: Duration) {
+        self.polling_time = d;
+    }
+
+    /// Creates a stream socket (`rsocket(AF_INET, SOCK_STREAM, 0)`).
+    pub fn socket(&self, nonblocking: bool) -> SockId {
+        let mut c = self.lock();
+        let opts = SockOpts::new(&c.cfg);
+        let s = c.new_sock(opts, nonblocking);
+        c.alloc_id(s)
+    }
+
+    /// Binds a socket (`rbind`).
+    ///
+    /// # Errors
+    /// `EBADF` for an unknown socket, `EINVAL` once it is in use.
+    pub fn bind(&self, id: SockId, addr: SocketAddr) -> Result<(), RsError> {
+        let mut c = self.lock();
+        let s = c.sock(id)?;
+        if !matches!(s.kind, Kind::Fresh) {
+            return Err(RsError::Invalid);
+        }
+        s.bound = Some(addr);
+        Ok(())
+    }
+
+    /// Listens (`rlisten`); idempotent on a listening socket.
+    ///
+    /// # Errors
+    /// `EINVAL` without a bound address; `EADDRINUSE`.
+    pub fn listen(&self, id: SockId, backlog: u32) -> Result<(), RsError> {
+        self.lock().listen(id, backlog)
+    }
+
+    /// Connects (`rconnect`). A non-blocking socket returns [`RsError::InProgress`] and
+    /// becomes writable (or reports its error through [`take_error`](Self::take_error)).
+    ///
+    /// # Errors
+    /// `ECONNREFUSED`, `EISCONN`, `EINPROGRESS`, `ETIMEDOUT`, ...
+    pub fn connect(&self, id: SockId, addr: SocketAddr) -> Result<(), RsError> {
+        let nonblocking = {
+            let mut c = self.lock();
+            c.connect(id, addr)?;
+            c.sock(id)?.nonblocking
+        };
+        if nonblocking {
+            self.lock().progress_one(id);
+            return if self.is_established(id)? {
+                Ok(())
+            } else {
+                Err(RsError::InProgress)
+            };
+        }
+        let deadline = StdInstant::now() + CONNECT_TIMEOUT;
+        let mut w = Waiter::new(self.polling_time);
+        loop {
+            self.lock().progress_one(id);
+            match self.is_established(id) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) => {
+                    self.lock().sock(id)?.so_error = None;
+                    return Err(e);
+                }
+            }
+            if StdInstant::now() > deadline {
+                return Err(RsError::TimedOut);
+            }
+            w.wait();
+        }
+    }
+
+    fn is_established(&self, id: SockId) -> Result<bool, RsError> {
+        let mut c = self.lock();
+        match &c.sock(id)?.kind {
+            Kind::Stream(st) => Ok(st.phase == Phase::Established),
+            Kind::Failed(e) => Err(*e),
+            _ => Err(RsError::NotConnected),
+        }
+    }
+
+    /// Accepts a connection (`raccept`).
+    ///
+    /// # Errors
+    /// `EWOULDBLOCK` on a non-blocking listener with nothing pending; `EINVAL` if not
+    /// listening.
+    pub fn accept(&self, id: SockId) -> Result<SockId, RsError> {
+        let mut w = Waiter::new(self.polling_time);
+        loop {
+            let (r, nonblocking) = {
+                let mut c = self.lock();
+                c.cm_events();
+                let r = c.accept(id);
+                (r, c.sock(id)?.nonblocking)
+            };
+            match r {
+                Err(RsError::WouldBlock) if !nonblocking => w.wait(),
+                other => return other,
+            }
+        }
+    }
+
+    /// Sends (`rsend`). A blocking socket blocks until every byte is queued (not
+    /// acknowledged); a non-blocking one returns what it could queue.
+    ///
+    /// # Errors
+    /// `EWOULDBLOCK` (non-blocking, nothing queued), `ECONNRESET` (closed or reset; never
+    /// `EPIPE`), `ENOTCONN`.
+    pub fn send(&self, id: SockId, data: &[u8], flags: SendFlagsRs) -> Result<usize, RsError> {
+        let mut done = 0usize;
+        let mut w = Waiter::new(self.polling_time);
+        loop {
+            let (r, nonblocking) = {
+                let mut c = self.lock();
+                let r = c.send(id, &data[done..]);
+                let nb = c.sock(id)?.nonblocking || flags.dontwait;
+                if r.is_err() || done + r.unwrap_or(0) < data.len() {
+                    c.progress_one(id);
+                }
+                (r, nb)
+            };
+            match r {
+                Ok(n) => {
+                    done += n;
+                    if done == data.len() || nonblocking {
+                        return Ok(done);
+                    }
+                    w.reset();
+                }
+                Err(RsError::WouldBlock) if !nonblocking => {}
+                Err(RsError::WouldBlock) if done > 0 => return Ok(done),
+                Err(e) => return if done > 0 { Ok(done) } else { Err(e) },
+            }
+            if data.is_empty() {
+                return Ok(0);
+            }
+            w.wait();
+        }
+    }
+
+    /// Receives (`rrecv`): `Ok(0)` at end of stream.
+    ///
+    /// # Errors
+    /// `EWOULDBLOCK` (non-blocking, nothing queued), `ECONNRESET` after a transport error,
+    /// `ENOTCONN`.
+    pub fn recv(&self, id: SockId, buf: &mut [u8], flags: RecvFlags) -> Result<usize, RsError> {
+        let mut done = 0usize;
+        let mut w = Waiter::new(self.polling_time);
+        loop {
+            let (r, nonblocking) = {
+                let mut c = self.lock();
+                let mut r = c.recv(id, &mut buf[done..], flags.peek);
+                if matches!(r, Err(RsError::WouldBlock)) {
+                    c.progress_one(id);
+                    r = c.recv(id, &mut buf[done..], flags.peek);
+                }
+                (r, c.sock(id)?.nonblocking || flags.dontwait)
+            };
+            match r {
+                Ok(0) => return Ok(done),
+                Ok(n) => {
+                    done += n;
+                    if !flags.waitall || flags.peek || done == buf.len() || nonblocking {
+                        return Ok(done);
+                    }
+                    w.reset();
+                }
+                Err(RsError::WouldBlock) if !nonblocking => {}
+                Err(e) => return if done > 0 { Ok(done) } else { Err(e) },
+            }
+            if buf.is_empty() {
+                return Ok(0);
+            }
+            w.wait();
+        }
+    }
+
+    /// Shuts down one or both directions (`rshutdown`); waits (always blocking, as in
+    /// librdmacm) until the control message and every send completed.
+    ///
+    /// # Errors
+    /// `ENOTCONN` if not connected.
+    pub fn shutdown(&self, id: SockId, how: Shutdown) -> Result<(), RsError> {
+        {
+            let mut c = self.lock();
+            let st = c.stream(id)?;
+            if st.phase != Phase::Established {
+                return Err(RsError::NotConnected);
+            }
+            let (conn, mut io) = st.io();
+            conn.shutdown(how, &mut io);
+        }
+        self.wait_sends(id);
+        let mut c = self.lock();
+        let st = c.stream(id)?;
+        if st.conn.is_disconnected() {
+            let cid = st.conn_id;
+            let _ = c.cm.disconnect(cid);
+        }
+        Ok(())
+    }
+
+    fn wait_sends(&self, id: SockId) {
+        let deadline = StdInstant::now() + CLOSE_TIMEOUT;
+        let mut w = Waiter::new(self.polling_time);
+        loop {
+            {
+                let mut c = self.lock();
+                c.progress_one(id);
+                match c.stream(id) {
+                    Ok(st) if !st.conn.shutdown_done() => {}
+                    _ => return,
+                }
+            }
+            if StdInstant::now() > deadline {
+                return;
+            }
+            w.wait();
+        }
+    }
+
+    /// Closes a socket (`rclose`): a connected stream shuts down both directions
+    /// gracefully first (blocking), then disconnects and frees everything.
+    pub fn close(&self, id: SockId) {
+        let graceful = {
+            let mut c = self.lock();
+            match c.stream(id) {
+                Ok(st) if st.phase == Phase::Established && st.conn.is_connected() => {
+                    let (conn, mut io) = st.io();
+                    conn.shutdown(Shutdown::Both, &mut io);
+                    true
+                }
+                _ => false,
+            }
+        };
+        if graceful {
+            self.wait_sends(id);
+        }
+        let mut c = self.lock();
+        if let Some((cid, _)) = c.close(id) {
+            let _ = c.cm.disconnect(cid);
+        }
+    }
+
+    /// Sets `O_NONBLOCK`.
+    ///
+    /// # Errors
+    /// `EBADF`.
+    pub fn set_nonblocking(&self, id: SockId, on: bool) -> Result<(), RsError> {
+        self.lock().sock(id)?.nonblocking = on;
+        Ok(())
+    }
+
+    /// `O_NONBLOCK`.
+    ///
+    /// # Errors
+    /// `EBADF`.
+    pub fn is_nonblocking(&self, id: SockId) -> Result<bool, RsError> {
+        Ok(self.lock().sock(id)?.nonblocking)
+    }
+
+    /// Readiness after one progress pass on the socket (for `poll`).
+    ///
+    /// # Errors
+    /// `EBADF`.
+    pub fn readiness(&self, id: SockId) -> Result<Ready, RsError> {
+        let mut c = self.lock();
+        c.progress_one(id);
+        c.readiness(id)
+    }
+
+    /// Readiness of many sockets under one lock, without making progress: calls
+    /// `f(index, readiness)` for each id.
+    pub fn readiness_batch(
+        &self,
+        ids: &[SockId],
+        mut f: impl FnMut(usize, Result<Ready, RsError>),
+    ) {
+        let mut c = self.lock();
+        for (i, id) in ids.iter().enumerate() {
+            f(i, c.readiness(*id));
+        }
+    }
+
+    /// Readiness without making progress (after [`progress`](Self::progress)).
+    ///
+    /// # Errors
+    /// `EBADF`.
+    pub fn readiness_now(&self, id: SockId) -> Result<Ready, RsError> {
+        self.lock().readiness(id)
+    }
+
+    /// Takes the pending socket error (`SO_ERROR`).
+    ///
+    /// # Errors
+    /// `EBADF`.
+    pub fn take_error(&self, id: SockId) -> Result<Option<RsError>, RsError> {
+        let mut c = self.lock();
+        let s = c.sock(id)?;
+        if let Some(e) = s.so_error.take() {
+            return Ok(Some(e));
+        }
+        Ok(match &mut s.kind {
+            Kind::Stream(st) => st.conn.take_so_error(),
+            _ => None,
+        })
+    }
+
+    /// Sets an option (`rsetsockopt`).
+    ///
+    /// # Errors
+    /// `EINVAL` as [`SockOpts::set`] says; `EBADF`.
+    pub fn set_option(&self, id: SockId, opt: SockOpt) -> Result<(), RsError> {
+        let mut c = self.lock();
+        let now = c.clock.now();
+        let s = c.sock(id)?;
+        let opening = matches!(s.kind, Kind::Stream(_));
+        let was_keepalive = s.opts.keepalive;
+        s.opts.set(opt, opening)?;
+        let keepalive = s.opts.keepalive.then_some(s.opts.keepidle);
+        let changed = was_keepalive != s.opts.keepalive;
+        if let Kind::Stream(st) = &mut s.kind
+            && st.phase == Phase::Established
+            && matches!(opt, SockOpt::KeepAlive(_) | SockOpt::KeepIdle(_))
+        {
+            st.conn.set_keepalive(keepalive, now);
+        }
+        if changed {
+            if keepalive.is_some() {
+                c.keepalive_socks += 1;
+            } else {
+                c.keepalive_socks = c.keepalive_socks.saturating_sub(1);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads an option (`rgetsockopt`).
+    ///
+    /// # Errors
+    /// `EBADF`.
+    pub fn option(&self, id: SockId, name: SockOptName) -> Result<SockOpt, RsError> {
+        Ok(self.lock().sock(id)?.opts.get(name))
+    }
+
+    /// Local address (`rgetsockname`).
+    ///
+    /// # Errors
+    /// `EBADF`, `ENOTCONN` when unbound.
+    pub fn local_addr(&self, id: SockId) -> Result<SocketAddr, RsError> {
+        let mut c = self.lock();
+        let s = c.sock(id)?;
+        match &s.kind {
+            Kind::Stream(st) => Ok(st.local),
+            Kind::Listening(l) => Ok(l.addr),
+            _ => s.bound.ok_or(RsError::NotConnected),
+        }
+    }
+
+    /// Peer address (`rgetpeername`).
+    ///
+    /// # Errors
+    /// `EBADF`, `ENOTCONN`.
+    pub fn peer_addr(&self, id: SockId) -> Result<SocketAddr, RsError> {
+        let mut c = self.lock();
+        match &c.sock(id)?.kind {
+            Kind::Stream(st) => Ok(st.peer),
+            _ => Err(RsError::NotConnected),
+        }
+    }
+
+    /// Bytes received and not yet read on a stream socket (0 for other sockets).
+    ///
+    /// # Errors
+    /// `EBADF` for an unknown socket.
+    pub fn readable_bytes(&self, id: SockId) -> Result<usize, RsError> {
+        let mut c = self.lock();
+        Ok(match &c.sock(id)?.kind {
+            Kind::Stream(st) => st.conn.readable_bytes(),
+            _ => 0,
+        })
+    }
+
+    /// True once a stream socket's connection is established (for `TCP_INFO`).
+    ///
+    /// # Errors
+    /// `EBADF` for an unknown socket.
+    pub fn established(&self, id: SockId) -> Result<bool, RsError> {
+        let mut c = self.lock();
+        Ok(match &c.sock(id)?.kind {
+            Kind::Stream(st) => st.phase == Phase::Established && st.conn.is_connected(),
+            _ => false,
+        })
+    }
+
+    /// Protocol counters of a stream socket.
+    ///
+    /// # Errors
+    /// `ENOTCONN` if not a stream.
+    pub fn conn_stats(&self, id: SockId) -> Result<super::conn::ConnStats, RsError> {
+        Ok(self.lock().stream(id)?.conn.stats())
+    }
+}

@@ -1,0 +1,191 @@
+//! The sockets of a context: what a socket is (fresh, listening, a stream, failed), a
+//! stream's queue pair, completion queue and buffers, and the [`RsIo`] through which its
+//! state machine reaches them.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+
+use crate::arena::SockBufs;
+use crate::conn::{Buf, Local, RsIo, RsWr, StreamConn};
+use crate::error::RsError;
+use crate::opts::SockOpts;
+use dp_fabric::{
+    Completion, CompletionQueue, ConnId, FabricError, ListenId, Payload, PostError, Provider,
+    RcQueuePair, RecvWr, SendFlags, SendOp, SendWr, Sge,
+};
+
+/// Names a socket of a context.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SockId(pub u32);
+
+/// Flags of `send`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SendFlagsRs {
+    /// `MSG_DONTWAIT`: do not block even on a blocking socket.
+    pub dontwait: bool,
+}
+
+/// Flags of `recv`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecvFlags {
+    /// `MSG_DONTWAIT`.
+    pub dontwait: bool,
+    /// `MSG_PEEK`: copy without consuming.
+    pub peek: bool,
+    /// `MSG_WAITALL`: block until the buffer is full (or end of stream / error).
+    pub waitall: bool,
+}
+
+pub(super) struct Listening {
+    pub(super) id: ListenId,
+    pub(super) addr: SocketAddr,
+    pub(super) backlog: usize,
+    /// Connections accepted in the background, waiting for `accept` to hand them out.
+    pub(super) accepted: VecDeque<SockId>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Phase {
+    Connecting,
+    Established,
+}
+
+pub(super) struct Stream<P: Provider> {
+    pub(super) conn: StreamConn,
+    pub(super) qp: P::Qp,
+    pub(super) cq: P::Cq,
+    pub(super) conn_id: ConnId,
+    pub(super) bufs: SockBufs<P>,
+    pub(super) phase: Phase,
+    pub(super) local: SocketAddr,
+    pub(super) peer: SocketAddr,
+    pub(super) maps: Vec<IoMapping<P>>,
+}
+
+pub(super) struct IoMapping<P: Provider> {
+    pub(super) addr: u64,
+    pub(super) len: usize,
+    pub(super) index: Option<u32>,
+    pub(super) _mr: P::Mr,
+}
+
+pub(super) enum Kind<P: Provider> {
+    Fresh,
+    Listening(Listening),
+    Stream(Box<Stream<P>>),
+    Failed(RsError),
+}
+
+pub(super) struct Sock<P: Provider> {
+    pub(super) opts: SockOpts,
+    pub(super) nonblocking: bool,
+    pub(super) bound: Option<SocketAddr>,
+    pub(super) kind: Kind<P>,
+    pub(super) so_error: Option<RsError>,
+}
+
+/// The state machine's I/O through a real queue pair and arena buffers.
+pub(super) struct Io<'a, P: Provider> {
+    pub(super) qp: &'a mut P::Qp,
+    pub(super) bufs: &'a SockBufs<P>,
+}
+
+impl<P: Provider> RsIo for Io<'_, P> {
+    fn read(&self, buf: Buf, off: u32, dst: &mut [u8]) {
+        self.bufs
+            .mem
+            .copy_out(self.bufs.offset(buf) + off as usize, dst);
+    }
+
+    fn write(&mut self, buf: Buf, off: u32, src: &[u8]) {
+        self.bufs
+            .mem
+            .copy_in(self.bufs.offset(buf) + off as usize, src);
+    }
+
+    fn post_send(&mut self, wr: &RsWr<'_>) -> Result<(), PostError> {
+        let op = match wr.imm {
+            Some(i) => SendOp::WriteImm(wr.remote, i),
+            None => SendOp::Write(wr.remote),
+        };
+        let sge = |s: crate::conn::Seg| Sge {
+            addr: self.bufs.addr(s.buf, s.off),
+            length: s.len,
+            lkey: self.bufs.lkey,
+        };
+        let mut list = [Sge::default(); 2];
+        let payload = match wr.local {
+            Local::Empty => Payload::Sgl(&[]),
+            Local::Inline(b) => Payload::Inline(b),
+            Local::Segs(a, b) => {
+                list[0] = sge(a);
+                match b {
+                    Some(b) => {
+                        list[1] = sge(b);
+                        Payload::Sgl(&list[..2])
+                    }
+                    None => Payload::Sgl(&list[..1]),
+                }
+            }
+        };
+        self.qp.post_send(&[SendWr {
+            wr_id: wr.wr_id,
+            op,
+            payload,
+            flags: SendFlags::SIGNALED,
+        }])
+    }
+
+    fn post_recv(&mut self, wr_id: u64) -> Result<(), PostError> {
+        self.qp.post_recv(&[RecvWr { wr_id, sgl: &[] }])
+    }
+}
+
+impl<P: Provider> Stream<P> {
+    pub(super) fn io(&mut self) -> (&mut StreamConn, Io<'_, P>) {
+        (
+            &mut self.conn,
+            Io {
+                qp: &mut self.qp,
+                bufs: &self.bufs,
+            },
+        )
+    }
+
+    /// Polls this socket's completions into its state machine; returns the work done.
+    pub(super) fn progress(&mut self, scratch: &mut [Completion]) -> usize {
+        let mut work = 0;
+        loop {
+            let n = self.cq.poll(scratch);
+            for c in &scratch[..n] {
+                let (conn, mut io) = self.io();
+                conn.handle_completion(c, &mut io);
+            }
+            work += n;
+            if n < scratch.len() {
+                break;
+            }
+        }
+        if self.phase == Phase::Established {
+            let (conn, mut io) = self.io();
+            conn.after_completions(&mut io);
+        }
+        work
+    }
+}
+
+/// Posts a new connection's initial receives on its queue pair (the `prepare` hook of
+/// connect and accept).
+pub(super) fn post_initial_recvs<P: Provider>(
+    conn: &mut StreamConn,
+    qp: &mut P::Qp,
+    bufs: &SockBufs<P>,
+) -> Result<(), FabricError> {
+    let rq = conn.config().rq_size;
+    conn.post_initial_recvs(&mut Io { qp, bufs })
+        .map_err(|_| FabricError::Exhausted {
+            what: "receives on a new queue pair",
+            limit: u64::from(rq),
+            hint: "lower the receive queue size (RDMA_RQSIZE) or raise the provider's limit",
+        })
+}
