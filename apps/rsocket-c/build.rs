@@ -1,88 +1,84 @@
 //! Links librdmacm.so with librdmacm's identity: the SONAME `librdmacm.so.1` and a version
-//! script that defines the `RDMACM_1.0` node. The exported functions are defined in
-//! `src/export.rs` as assembler symbols bound to that node with `.symver`, so the symbol
-//! list below must name exactly the symbols `src/export.rs` defines.
+//! script that defines the `RDMACM_1.0` node.
+//!
+//! The exported symbols are listed once, in `symbols.txt`. From it this script writes, into
+//! `OUT_DIR`, the version script (`rdmacm.map`: the listed symbols global at `RDMACM_1.0`,
+//! everything else local) and `exports.rs`, the `export!` invocations `src/export.rs`
+//! includes to define each symbol as an assembler trampoline, which the version script then
+//! binds to the node. Sections marked `if FEATURE` count only with that feature.
 
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-/// The rsocket API (`<rdma/rsocket.h>`).
-const RSOCKET: &[&str] = &[
-    "rsocket",
-    "rbind",
-    "rlisten",
-    "raccept",
-    "rconnect",
-    "rshutdown",
-    "rclose",
-    "rrecv",
-    "rrecvfrom",
-    "rrecvmsg",
-    "rsend",
-    "rsendto",
-    "rsendmsg",
-    "rread",
-    "rreadv",
-    "rwrite",
-    "rwritev",
-    "rpoll",
-    "rselect",
-    "rgetpeername",
-    "rgetsockname",
-    "rsetsockopt",
-    "rgetsockopt",
-    "rfcntl",
-    "riomap",
-    "riounmap",
-    "riowrite",
-];
-
-/// The RDMA CM entry points rdmacm-utils' rsocket programs (rstream, riostream, rcopy,
-/// udpong) import.
-const RDMA_CM: &[&str] = &[
-    "rdma_create_event_channel",
-    "rdma_destroy_event_channel",
-    "rdma_getaddrinfo",
-    "rdma_freeaddrinfo",
-];
-
-/// With the verbs provider: the RDMA CM calls it makes, forwarded to the system's librdmacm
-/// (see `src/verbs_fwd.rs`).
-const VERBS_FORWARDED: &[&str] = &[
-    "rdma_create_id",
-    "rdma_destroy_id",
-    "rdma_bind_addr",
-    "rdma_listen",
-    "rdma_resolve_addr",
-    "rdma_resolve_route",
-    "rdma_connect",
-    "rdma_accept",
-    "rdma_reject",
-    "rdma_disconnect",
-    "rdma_get_cm_event",
-    "rdma_ack_cm_event",
-    "rdma_create_qp",
-    "rdma_destroy_qp",
-    "rdma_migrate_id",
-    "rdma_get_devices",
-    "rdma_free_devices",
-];
+/// The symbols to export, as (module, symbol) in list order.
+fn read_symbols(text: &str) -> Vec<(String, String)> {
+    let is_ident = |s: &str| {
+        s.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    let mut out = Vec::new();
+    let mut seen = BTreeSet::new();
+    // (module, active) of the current section.
+    let mut section: Option<(String, bool)> = None;
+    for (n, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or_default().trim();
+        let at = || format!("symbols.txt:{}: {raw:?}", n + 1);
+        if line.is_empty() {
+            continue;
+        }
+        if let Some(head) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            let words: Vec<&str> = head.split_whitespace().collect();
+            section = Some(match words[..] {
+                [module] if is_ident(module) => (module.to_owned(), true),
+                [module, "if", feature] if is_ident(module) => {
+                    let var = format!(
+                        "CARGO_FEATURE_{}",
+                        feature.to_ascii_uppercase().replace('-', "_")
+                    );
+                    (module.to_owned(), std::env::var_os(var).is_some())
+                }
+                _ => panic!("{}: expected [MODULE] or [MODULE if FEATURE]", at()),
+            });
+            continue;
+        }
+        assert!(is_ident(line), "{}: not a symbol name", at());
+        let Some((module, active)) = &section else {
+            panic!("{}: a symbol before the first [MODULE] section", at());
+        };
+        assert!(seen.insert(line.to_owned()), "{}: listed twice", at());
+        if *active {
+            out.push((module.clone(), line.to_owned()));
+        }
+    }
+    out
+}
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=symbols.txt");
+    let dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
-    let verbs = std::env::var_os("CARGO_FEATURE_VERBS").is_some();
-    let mut syms: Vec<&str> = RSOCKET.iter().chain(RDMA_CM).copied().collect();
-    if verbs {
-        syms.extend_from_slice(VERBS_FORWARDED);
-    }
+    let text = std::fs::read_to_string(dir.join("symbols.txt")).expect("reading symbols.txt");
+    let syms = read_symbols(&text);
+
     let mut map = String::from("RDMACM_1.0 {\n  global:\n");
-    for s in &syms {
+    for (_, s) in &syms {
         writeln!(map, "    {s};").expect("write to a String");
     }
     map.push_str("  local:\n    *;\n};\n");
     let path = out.join("rdmacm.map");
     std::fs::write(&path, map).expect("writing the version script");
+
+    let mut rs = String::from("// Generated by build.rs from symbols.txt.\nexport! {\n");
+    for (module, s) in &syms {
+        writeln!(rs, "    {s} => crate::{module}::{s},").expect("write to a String");
+    }
+    rs.push_str("}\n");
+    std::fs::write(out.join("exports.rs"), rs).expect("writing exports.rs");
+
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,librdmacm.so.1");
     println!(
         "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",

@@ -26,8 +26,8 @@ use std::io::{self, Write};
 use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 
+pub use crate::common::Common;
 use crate::fabric::{FabricArgs, Test};
-use crate::harness::CpuPair;
 use crate::lcore_perf::{self, LcoreConfig};
 use crate::limit::{self, LimitConfig};
 use crate::pool_perf::{self, MempoolConfig};
@@ -55,24 +55,6 @@ pub struct Cli {
     /// What to measure.
     #[command(subcommand)]
     pub command: Command,
-}
-
-/// Options every command takes (global: accepted before or after the command name).
-#[derive(Debug, Clone, Args)]
-pub struct Common {
-    /// Print one JSON object on one line instead of a table.
-    #[arg(long, global = true)]
-    pub json: bool,
-    /// Tiny iteration counts: checks that everything runs; the numbers are meaningless.
-    #[arg(long, global = true)]
-    pub quick: bool,
-    /// The two CPUs to use, "A,B": single-core cases and producers run on A, consumers on B.
-    #[arg(long, global = true, value_name = "A,B", default_value = "0,1", value_parser = parse_cpus)]
-    pub cpus: CpuPair,
-}
-
-fn parse_cpus(s: &str) -> Result<CpuPair, String> {
-    s.parse().map_err(|e: PerfError| e.to_string())
 }
 
 /// The measurements.

@@ -29,6 +29,7 @@
 //! and `write_table` for humans. The CLI is in [`cli`].
 
 pub mod cli;
+mod common;
 mod error;
 pub mod fabric;
 pub mod harness;

@@ -7,8 +7,8 @@
 //! # Identity
 //!
 //! The file is `librdmacm.so` with the SONAME `librdmacm.so.1`, and every exported symbol
-//! carries librdmacm's version node `RDMACM_1.0` (`build.rs`, `src/export.rs`), so a program's
-//! `rsocket@RDMACM_1.0` binds here. Exported: all 27 rsocket calls, and the RDMA CM calls
+//! carries librdmacm's version node `RDMACM_1.0` (`build.rs`, `src/export.rs`; the symbols
+//! are listed once, in `symbols.txt`), so a program's `rsocket@RDMACM_1.0` binds here. Exported: all 27 rsocket calls, and the RDMA CM calls
 //! rdmacm-utils' rsocket programs import (`rdma_getaddrinfo`, `rdma_freeaddrinfo`,
 //! `rdma_create_event_channel`, `rdma_destroy_event_channel`; see `src/rdma.rs`).
 //!

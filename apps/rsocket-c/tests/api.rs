@@ -330,6 +330,35 @@ fn soname(path: &std::path::Path) -> Option<String> {
     })
 }
 
+/// Minimal ELF64 reader: the names of the symbols a shared object defines and exports
+/// (global or weak, defined, in `.dynsym`).
+fn exported_names(path: &std::path::Path) -> Vec<String> {
+    let f = std::fs::read(path).expect("reading the library");
+    let u16_at = |o: usize| u16::from_le_bytes(f[o..o + 2].try_into().unwrap());
+    let u32_at = |o: usize| u32::from_le_bytes(f[o..o + 4].try_into().unwrap());
+    let u64_at = |o: usize| u64::from_le_bytes(f[o..o + 8].try_into().unwrap()) as usize;
+    let (shoff, shentsize, shnum) = (u64_at(0x28), u16_at(0x3A) as usize, u16_at(0x3C) as usize);
+    let sec = |i: usize| shoff + i * shentsize;
+    let dynsym = (0..shnum)
+        .find(|&i| u32_at(sec(i) + 4) == 11) // SHT_DYNSYM
+        .expect("a .dynsym section");
+    let (off, size, link) = (
+        u64_at(sec(dynsym) + 0x18),
+        u64_at(sec(dynsym) + 0x20),
+        u32_at(sec(dynsym) + 0x28) as usize,
+    );
+    let strtab = u64_at(sec(link) + 0x18);
+    (0..size / 24)
+        .map(|i| off + i * 24)
+        .filter(|&e| matches!(f[e + 4] >> 4, 1 | 2) && u16_at(e + 6) != 0) // GLOBAL/WEAK, defined
+        .map(|e| {
+            let s = strtab + u32_at(e) as usize;
+            let end = f[s..].iter().position(|&b| b == 0).unwrap() + s;
+            String::from_utf8_lossy(&f[s..end]).into_owned()
+        })
+        .collect()
+}
+
 #[test]
 fn exports_carry_librdmacm_identity() {
     let _one = common::serial();
@@ -342,6 +371,22 @@ fn exports_carry_librdmacm_identity() {
         sym("rdma_create_id").is_null(),
         "the RDMA CM verbs API is not provided"
     );
+    // And nothing else: a symbol added to `symbols.txt` belongs in `EXPORTS` too.
+    let mut exported = exported_names(common::library());
+    exported.sort();
+    #[cfg(not(feature = "verbs"))]
+    {
+        let mut listed = EXPORTS.map(String::from).to_vec();
+        listed.sort();
+        assert_eq!(exported, listed, "the library exports exactly EXPORTS");
+    }
+    #[cfg(feature = "verbs")]
+    for name in &exported {
+        assert!(
+            EXPORTS.contains(&name.as_str()) || name.starts_with("rdma_"),
+            "{name} is exported but not an rsocket or RDMA CM call"
+        );
+    }
     api();
 }
 

@@ -1,0 +1,248 @@
+//! The entry point: the options, the role (server, client, or both with `--pair`), the
+//! transport (rsockets on a provider, or kernel TCP), and the run over the planned tests.
+
+use std::ffi::OsString;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+use clap::Args;
+use dataplane::fabric::shm::{Shm, ShmConfig, ShmDevice};
+
+use super::conn::{ConnOpts, Transport, fabric_err};
+use super::plan::{Plan, Verify, name, plans, run_test};
+use super::rsocket::Rs;
+use super::table::{Row, RstreamReport};
+use super::tcp::Tcp;
+use crate::PerfError;
+use crate::common::Common;
+#[cfg(feature = "verbs")]
+use crate::harness::verbs_pair_ip;
+use crate::harness::{
+    Peer, ProviderKind, SHM_PAIR_IP, Server, Timer, open_err, open_verbs, shm_dir, start_role,
+};
+
+/// Options of `dp-perf rstream` (rstream's letters where it has them).
+#[derive(Debug, Clone, Args)]
+pub struct RstreamArgs {
+    /// Listen and serve one client run.
+    #[arg(long, conflicts_with_all = ["client", "pair"])]
+    pub server: bool,
+    /// Connect to a server at ADDR (`ip` or `ip:port`) (rstream `-s`).
+    #[arg(long, value_name = "ADDR")]
+    pub client: Option<String>,
+    /// Run server and client here, the server as a child process on the second --cpus CPU.
+    #[arg(long, conflicts_with = "client")]
+    pub pair: bool,
+    /// Over kernel TCP instead of rsockets (rstream `-T s`).
+    #[arg(long)]
+    pub tcp: bool,
+    /// Transfer size, or `all` for every size of the table (rstream `-S`).
+    #[arg(short = 'S', long = "size", value_name = "N|all")]
+    pub size: Option<String>,
+    /// Iterations of a custom-size test (rstream `-I`).
+    #[arg(short = 'I', long = "iterations", value_name = "N")]
+    pub iterations: Option<u64>,
+    /// Transfers per iteration of a custom-size test (rstream `-C`).
+    #[arg(short = 'C', long = "count", value_name = "N")]
+    pub count: Option<u64>,
+    /// SO_SNDBUF and SO_RCVBUF (rstream `-B`).
+    #[arg(short = 'B', long = "buffer", default_value_t = 1 << 19)]
+    pub buffer: u32,
+    /// Inline size for latency runs (rstream `-i`).
+    #[arg(short = 'i', long = "inline", default_value_t = 64)]
+    pub inline: u32,
+    /// Port (rstream `-p`).
+    #[arg(short = 'p', long, default_value_t = 7471)]
+    pub port: u16,
+    /// Address the server binds (rstream `-b`).
+    #[arg(short = 'b', long = "bind", default_value = "0.0.0.0")]
+    pub bind: IpAddr,
+    /// Test options (rstream `-T`): `b` blocking, `n` non-blocking (default), `v` verify,
+    /// `s` sockets (same as --tcp); letters combine.
+    #[arg(short = 'T', long = "test-opts", default_value = "")]
+    pub opts: String,
+    /// Fabric provider carrying the rsockets.
+    #[arg(long, value_enum, default_value_t = ProviderKind::Shm)]
+    pub provider: ProviderKind,
+    /// verbs device name, as `ibv_devices` lists it (default: the first).
+    #[arg(short = 'd', long, value_name = "NAME")]
+    pub device: Option<String>,
+    /// shm rendezvous directory (default: the provider's; --pair makes a private one).
+    #[arg(long, value_name = "DIR")]
+    pub shm_dir: Option<PathBuf>,
+    /// Pin this process to CPU N (used by --pair).
+    #[arg(long, value_name = "N", hide = true)]
+    pub pin: Option<usize>,
+}
+
+impl RstreamArgs {
+    fn blocking(&self) -> bool {
+        self.opts.contains('b')
+    }
+
+    fn conn_opts(&self) -> ConnOpts {
+        ConnOpts {
+            buffer: self.buffer,
+            blocking: self.blocking(),
+        }
+    }
+
+    /// Runs the benchmark.
+    ///
+    /// # Errors
+    /// Usage errors (status 2), a missing device (status 2), connection and data errors.
+    pub fn run(&self, common: &Common) -> Result<RstreamReport, PerfError> {
+        if let Some(bad) = self.opts.chars().find(|c| !"bnvs".contains(*c)) {
+            return Err(PerfError::Usage(format!(
+                "-T {bad}: supported test options are b (blocking), n (nonblocking), v (verify) \
+                 and s (kernel TCP sockets)"
+            )));
+        }
+        start_role(self.server, self.client.as_deref(), self.pair, self.pin)?;
+        let tcp = self.tcp || self.opts.contains('s');
+        if tcp {
+            let ip = if self.pair { SHM_PAIR_IP } else { self.bind };
+            return self.run_with(&Tcp, common, ip, None);
+        }
+        match self.provider {
+            ProviderKind::Shm => {
+                let dir = shm_dir(self.shm_dir.as_ref(), self.pair, "dp-rstream");
+                let dev = ShmDevice::open(ShmConfig {
+                    dir: dir.clone(),
+                    bounce_bytes: 4096,
+                    ..ShmConfig::default()
+                })
+                .map_err(open_err)?;
+                let t = Rs::<Shm>::open(dev, self.blocking())?;
+                self.run_with(&t, common, SHM_PAIR_IP, dir.as_ref())
+            }
+            #[cfg(feature = "verbs")]
+            ProviderKind::Verbs => {
+                let dev = open_verbs(self.device.as_deref())?;
+                let ip = if self.pair {
+                    verbs_pair_ip(&dev)?
+                } else {
+                    self.bind
+                };
+                let t = Rs::<dataplane::fabric::verbs::Verbs>::open(dev, self.blocking())?;
+                self.run_with(&t, common, ip, None)
+            }
+            #[cfg(not(feature = "verbs"))]
+            ProviderKind::Verbs => match open_verbs(self.device.as_deref())? {},
+        }
+    }
+
+    /// The options a `--pair` server needs besides the common ones: it runs the same test
+    /// sequence as the client, so it needs the same counts.
+    fn server_args(&self, quick: bool) -> Vec<OsString> {
+        let mut v: Vec<String> = vec![
+            "-B".into(),
+            self.buffer.to_string(),
+            "-i".into(),
+            self.inline.to_string(),
+        ];
+        if !self.opts.is_empty() {
+            v.extend(["-T".into(), self.opts.clone()]);
+        }
+        if self.tcp {
+            v.push("--tcp".into());
+        }
+        if quick {
+            v.push("--quick".into());
+        }
+        if let Some(s) = &self.size {
+            v.extend(["-S".into(), s.clone()]);
+        }
+        if let Some(n) = self.iterations {
+            v.extend(["-I".into(), n.to_string()]);
+        }
+        if let Some(n) = self.count {
+            v.extend(["-C".into(), n.to_string()]);
+        }
+        v.into_iter().map(OsString::from).collect()
+    }
+
+    fn run_with(
+        &self,
+        t: &dyn Transport,
+        common: &Common,
+        pair_ip: IpAddr,
+        dir: Option<&PathBuf>,
+    ) -> Result<RstreamReport, PerfError> {
+        let (lat, bw) = plans(
+            self.size.as_deref(),
+            self.iterations,
+            self.count,
+            common.quick,
+        )?;
+        let custom = lat.is_empty();
+        let groups: Vec<(Vec<Plan>, bool)> = [(lat, true), (bw, false)]
+            .into_iter()
+            .filter(|(p, _)| !p.is_empty())
+            .collect();
+        let biggest = groups
+            .iter()
+            .flat_map(|(g, _)| g.iter().map(|p| p.size))
+            .max()
+            .unwrap_or(16);
+        let mut buf = vec![0u8; biggest];
+        let mut v = Verify::new(self.opts.contains('v'));
+        let opts = self.conn_opts();
+        let timer = Timer::new();
+        let data_err = |e: io::Error| fabric_err("transfer", e);
+        if self.server {
+            let bind = SocketAddr::new(self.bind, self.port);
+            let l = t.listen(bind, opts)?;
+            let mut served = 0;
+            for (plans, is_lat) in &groups {
+                let inline = if *is_lat && !custom { self.inline } else { 0 };
+                let mut c = l.accept(opts, inline)?;
+                for p in plans {
+                    run_test(c.as_mut(), false, *p, &mut buf, &mut v, &timer).map_err(data_err)?;
+                }
+                served += 1;
+            }
+            return Ok(RstreamReport {
+                transport: t.describe(),
+                rows: vec![],
+                served: Some(served),
+            });
+        }
+        let pair = self.pair.then(|| Server {
+            command: "rstream",
+            ip: pair_ip,
+            port: self.port,
+            provider: self.provider,
+            shm_dir: dir.map(PathBuf::as_path),
+            device: self.device.as_deref(),
+            extra: self.server_args(common.quick),
+        });
+        let peer = Peer::start(pair, self.client.as_deref(), self.port, common.cpus)?;
+        let addr = peer.addr;
+        let result = (|| -> Result<Vec<Row>, PerfError> {
+            let mut rows = Vec::new();
+            for (plans, is_lat) in &groups {
+                let inline = if *is_lat && !custom { self.inline } else { 0 };
+                let mut c = t.connect(addr, opts, inline)?;
+                for p in plans {
+                    let secs = run_test(c.as_mut(), true, *p, &mut buf, &mut v, &timer)
+                        .map_err(data_err)?;
+                    rows.push(Row {
+                        name: name(p, *is_lat, custom),
+                        bytes: p.size,
+                        xfers: p.xfers,
+                        iters: p.iters,
+                        secs,
+                    });
+                }
+            }
+            Ok(rows)
+        })();
+        Ok(RstreamReport {
+            transport: t.describe(),
+            rows: peer.finish(result)?,
+            served: None,
+        })
+    }
+}

@@ -1,0 +1,158 @@
+//! The results and how they print: rstream's table (its `size_str`/`cnt_str` number
+//! formats included) or one JSON object.
+
+use std::io::{self, Write};
+
+use serde_json::json;
+
+use crate::Report;
+
+fn scaled(v: u64, bases: [(u64, char); 3]) -> String {
+    let (base, mag) = bases
+        .iter()
+        .copied()
+        .find(|(b, _)| v >= *b)
+        .map_or((1, None), |(b, m)| (b, Some(m)));
+    let whole = v / base;
+    let fraction = if whole < 10 {
+        (v % base) * 10 / base
+    } else {
+        0
+    };
+    let m = mag.map(String::from).unwrap_or_default();
+    if fraction != 0 {
+        format!("{whole}.{fraction}{m}")
+    } else {
+        format!("{whole}{m}")
+    }
+}
+
+/// rstream's `size_str`: powers of 1024 with k/m/g, one decimal below 10 units.
+pub fn size_str(v: u64) -> String {
+    scaled(v, [(1 << 30, 'g'), (1 << 20, 'm'), (1 << 10, 'k')])
+}
+
+/// rstream's `cnt_str`: powers of 1000 with k/m/b.
+pub fn cnt_str(v: u64) -> String {
+    scaled(v, [(1_000_000_000, 'b'), (1_000_000, 'm'), (1_000, 'k')])
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// `64_lat`, `1m_bw`, ...
+    pub name: String,
+    /// Transfer size.
+    pub bytes: usize,
+    /// Transfers per iteration.
+    pub xfers: u64,
+    /// Iterations.
+    pub iters: u64,
+    /// Elapsed seconds.
+    pub secs: f64,
+}
+
+impl Row {
+    fn total(&self) -> u64 {
+        self.iters * self.xfers * self.bytes as u64 * 2
+    }
+    fn usec(&self) -> f64 {
+        self.secs * 1e6
+    }
+    /// Payload gigabits per second, both directions.
+    pub fn gbps(&self) -> f64 {
+        8.0 * self.total() as f64 / (1000.0 * self.usec())
+    }
+    /// Microseconds per transfer (one way for latency rows).
+    pub fn usec_per_xfer(&self) -> f64 {
+        self.usec() / self.iters as f64 / (self.xfers as f64 * 2.0)
+    }
+}
+
+/// The results.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RstreamReport {
+    /// "rsocket (shm)" or "tcp".
+    pub transport: &'static str,
+    /// Rows in run order.
+    pub rows: Vec<Row>,
+    /// Set on the server, which measures nothing.
+    pub served: Option<usize>,
+}
+
+impl Report for RstreamReport {
+    fn to_json(&self) -> serde_json::Value {
+        let rows: Vec<_> = self
+            .rows
+            .iter()
+            .map(|r| {
+                json!({"name": r.name, "bytes": r.bytes, "xfers": r.xfers, "iters": r.iters,
+                       "usec_per_xfer": r.usec_per_xfer(), "gbps": r.gbps()})
+            })
+            .collect();
+        json!({ "rstream": rows })
+    }
+
+    fn write_table(&self, out: &mut dyn Write) -> io::Result<()> {
+        if let Some(n) = self.served {
+            return writeln!(
+                out,
+                "rstream server ({}): served {n} connection(s)",
+                self.transport
+            );
+        }
+        writeln!(
+            out,
+            "{:<10}{:<8}{:<8}{:<8}{:<8}{:>8} {:>10}{:>13}",
+            "name", "bytes", "xfers", "iters", "total", "time", "Gb/sec", "usec/xfer"
+        )?;
+        for r in &self.rows {
+            writeln!(
+                out,
+                "{:<10}{:<8}{:<8}{:<8}{:<8}{:>8.2}s{:>10.2}{:>11.2}",
+                r.name,
+                size_str(r.bytes as u64),
+                cnt_str(r.xfers),
+                cnt_str(r.iters),
+                size_str(r.total()),
+                r.secs,
+                r.gbps(),
+                r.usec_per_xfer()
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_and_count_strings_match_rstream() {
+        assert_eq!(size_str(64), "64");
+        assert_eq!(size_str(4096), "4k");
+        assert_eq!(size_str(1536), "1.5k");
+        assert_eq!(size_str(1 << 20), "1m");
+        assert_eq!(size_str(3 << 19), "1.5m");
+        assert_eq!(size_str(12_800_000), "12m");
+        assert_eq!(cnt_str(100_000), "100k");
+        assert_eq!(cnt_str(1), "1");
+        assert_eq!(cnt_str(1500), "1.5k");
+    }
+
+    #[test]
+    fn row_math_matches_rstream() {
+        // 64_lat of the TCP baseline: 100k iterations of one 64 B transfer in 2.73 s.
+        let r = Row {
+            name: "64_lat".into(),
+            bytes: 64,
+            xfers: 1,
+            iters: 100_000,
+            secs: 2.732,
+        };
+        assert!((r.usec_per_xfer() - 13.66).abs() < 0.01);
+        assert_eq!(size_str(r.total()), "12m");
+        assert!((r.gbps() - 0.0375).abs() < 0.001);
+    }
+}
