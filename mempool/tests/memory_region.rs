@@ -312,3 +312,67 @@ fn from_shared_rejects_a_mismatched_fd() {
         "{err:?}"
     );
 }
+
+/// A shareable region's memfd is sealed against resizing: whoever it is shared with cannot
+/// truncate it under our mapping (which would make our next access a SIGBUS).
+#[test]
+fn shareable_memfd_cannot_be_resized_by_a_peer() {
+    use std::os::fd::AsRawFd;
+    let r = region(
+        &RegionConfig::new("t-sealed", 8192)
+            .shareable(true)
+            .no_huge(),
+    );
+    let h = r.share_handle().expect("handle");
+    // What a hostile peer would do with the descriptor it was sent.
+    // SAFETY: plain ftruncate on a live descriptor.
+    let shrink = unsafe { libc::ftruncate(h.fd.as_raw_fd(), 0) };
+    let errno = std::io::Error::last_os_error();
+    assert_eq!(shrink, -1, "shrinking a shared region's memfd succeeded");
+    assert_eq!(errno.raw_os_error(), Some(libc::EPERM), "{errno}");
+    // SAFETY: as above.
+    let grow = unsafe { libc::ftruncate(h.fd.as_raw_fd(), 1 << 20) };
+    assert_eq!(grow, -1, "growing a shared region's memfd succeeded");
+    write_read_back(&r);
+}
+
+/// `from_shared` refuses a memfd its owner could still shrink.
+#[test]
+fn from_shared_rejects_an_unsealed_memfd() {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // SAFETY: memfd_create with a valid NUL-terminated name; the result is checked.
+    let fd = unsafe { libc::memfd_create(c"t-unsealed".as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(fd >= 0);
+    // SAFETY: a fresh descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let f = fs::File::from(fd);
+    f.set_len(8192).expect("size");
+    let err = Region::from_shared(f.into(), 8192, 4096, "peer").expect_err("unsealed");
+    assert!(
+        matches!(&err, MemError::SharedFd { source, .. } if source.to_string().contains("F_SEAL_SHRINK")),
+        "{err:?}"
+    );
+}
+
+/// After `seal_future_write`, the owner still writes through its mapping, a peer can map
+/// the memfd only read-only and sees the owner's writes.
+#[test]
+fn future_write_seal_leaves_peers_read_only() {
+    let r = region(&RegionConfig::new("t-ro", 8192).shareable(true).no_huge());
+    r.seal_future_write().expect("seal");
+    r.store_u8(100, 7);
+    let h = r.share_handle().expect("handle");
+    let dup = || h.fd.try_clone_to_owned().expect("dup");
+    let err = Region::from_shared_quiet(dup(), 8192, 4096, "peer-rw").expect_err("rw map");
+    assert!(matches!(err, MemError::Map { .. }), "{err:?}");
+    let peer = Region::from_shared_read_only_quiet(dup(), 8192, 4096, "peer-ro").expect("ro map");
+    assert!(!peer.is_writable());
+    assert_eq!(peer.load_u8(100), 7);
+    r.store_u8(100, 9);
+    assert_eq!(peer.load_u8(100), 9);
+    let caught = std::panic::catch_unwind(|| peer.store_u8(0, 1));
+    assert!(
+        caught.is_err(),
+        "a store into a read-only region did not panic"
+    );
+}

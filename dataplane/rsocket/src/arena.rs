@@ -1,13 +1,16 @@
 //! Socket buffer memory: large shareable regions carved into per-socket blocks.
 //!
 //! Every stream socket needs a send ring, a receive ring and a target list. Allocating a
-//! region per socket would cost a memfd, a mapping and a peer mapping per connection; the
-//! arena instead carves blocks out of a few large regions (hugepage-backed when the machine
-//! has them), each registered once for local access. A socket registers its own receive
-//! ring and target list for remote write, so its peer's key covers exactly those bytes and
-//! nothing of any other socket.
+//! region per socket would cost a memfd and a mapping per connection; the arena instead
+//! carves blocks out of a few large regions (hugepage-backed when the machine has them).
+//! Each socket registers its blocks in its own protection domain: the send ring for local
+//! access, the receive ring and target list for remote write. The latter sit in whole pages
+//! of their own (no other socket's bytes share a page with them), because providers that
+//! map memory into a peer (the shm provider) can only expose whole pages: a socket's peer
+//! may touch exactly those pages and nothing of any other socket.
 
 use std::collections::HashMap;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use mempool::memory::{Region, RegionConfig};
@@ -19,9 +22,8 @@ use dp_fabric::{Access, MemoryRegion, ProtectionDomain, Provider};
 /// Default bytes per arena region.
 pub const ARENA_CHUNK: usize = 64 << 20;
 
-struct ArenaRegion<P: Provider> {
+struct ArenaRegion {
     mem: Arc<Region>,
-    local: P::Mr,
     next: usize,
 }
 
@@ -31,12 +33,15 @@ pub(crate) struct Block {
     region: usize,
     off: usize,
     len: usize,
+    whole_pages: bool,
 }
 
 /// The arena.
 pub(crate) struct Arena<P: Provider> {
-    regions: Vec<ArenaRegion<P>>,
-    free: HashMap<usize, Vec<Block>>,
+    regions: Vec<ArenaRegion>,
+    /// The provider whose protection domains register the blocks.
+    _p: PhantomData<fn() -> P>,
+    free: HashMap<(usize, bool), Vec<Block>>,
     chunk: usize,
 }
 
@@ -44,51 +49,84 @@ impl<P: Provider> Arena<P> {
     pub(crate) fn new(chunk: usize) -> Self {
         Self {
             regions: Vec::new(),
+            _p: PhantomData,
             free: HashMap::new(),
             chunk,
         }
     }
 
-    fn alloc(&mut self, pd: &P::Pd, len: usize) -> Result<Block, RsError> {
-        let len = len.next_multiple_of(64);
-        if let Some(b) = self.free.get_mut(&len).and_then(Vec::pop) {
-            return Ok(b);
-        }
-        if let Some((i, r)) = self.regions.iter_mut().enumerate().last()
-            && r.next + len <= r.mem.len()
+    /// A block of `len` bytes (rounded up to a multiple of 64, or of the region's page
+    /// size with `whole_pages`, in which case it also starts on a page), in region `only`
+    /// if given (else in any region, adding one if all are full).
+    fn alloc(
+        &mut self,
+        len: usize,
+        whole_pages: bool,
+        only: Option<usize>,
+    ) -> Result<Block, RsError> {
+        let page = self.regions.first().map_or(4096, |r| r.mem.page_size());
+        let align = if whole_pages { page } else { 64 };
+        let len = len.next_multiple_of(align);
+        if let Some(list) = self.free.get_mut(&(len, whole_pages))
+            && let Some(i) = list.iter().position(|b| only.is_none_or(|r| r == b.region))
         {
-            let b = Block {
-                region: i,
-                off: r.next,
-                len,
-            };
-            r.next += len;
-            return Ok(b);
+            return Ok(list.swap_remove(i));
         }
+        let last = self.regions.len().checked_sub(1);
+        if let Some(i) = last
+            && only.is_none_or(|r| r == i)
+        {
+            let r = &mut self.regions[i];
+            let off = r.next.next_multiple_of(align);
+            if off + len <= r.mem.len() {
+                r.next = off + len;
+                return Ok(Block {
+                    region: i,
+                    off,
+                    len,
+                    whole_pages,
+                });
+            }
+        }
+        if only.is_some() {
+            return Err(RsError::NoMemory);
+        }
+        self.add_region(len)?;
+        self.alloc(len, whole_pages, Some(self.regions.len() - 1))
+    }
+
+    /// Adds a region of at least `len` bytes.
+    fn add_region(&mut self, len: usize) -> Result<(), RsError> {
         let size = self.chunk.max(len);
         let mem = Region::new(&RegionConfig::new("rsocket-buffers", size).shareable(true))
             .map(Arc::new)
             .map_err(|_| RsError::NoMemory)?;
-        let local = pd
-            .reg_region(&mem, 0, mem.len(), Access::LOCAL_WRITE)
-            .map_err(|_| RsError::NoMemory)?;
-        self.regions.push(ArenaRegion {
-            mem,
-            local,
-            next: len,
-        });
-        Ok(Block {
-            region: self.regions.len() - 1,
-            off: 0,
-            len,
-        })
+        self.regions.push(ArenaRegion { mem, next: 0 });
+        Ok(())
+    }
+
+    /// The remotely writable block (`rlen`, whole pages) and the send-ring block (`slen`)
+    /// of one socket, in one region.
+    fn alloc_pair(&mut self, rlen: usize, slen: usize) -> Result<[Block; 2], RsError> {
+        let r = self.alloc(rlen, true, None)?;
+        if let Ok(s) = self.alloc(slen, false, Some(r.region)) {
+            return Ok([r, s]);
+        }
+        // No room for the send ring next to it: both go into a new region.
+        self.release(r);
+        self.add_region(rlen + slen + (2 << 20))?;
+        let i = self.regions.len() - 1;
+        let r = self.alloc(rlen, true, Some(i))?;
+        let s = self.alloc(slen, false, Some(i))?;
+        Ok([r, s])
     }
 
     fn release(&mut self, b: Block) {
-        self.free.entry(b.len).or_default().push(b);
+        self.free.entry((b.len, b.whole_pages)).or_default().push(b);
     }
 
-    /// Allocates and registers the buffers of one stream socket.
+    /// Allocates the buffers of one stream socket and registers them in `pd`, the socket's
+    /// own protection domain.
     pub(crate) fn stream_bufs(
         &mut self,
         pd: &P::Pd,
@@ -97,26 +135,35 @@ impl<P: Provider> Arena<P> {
         let sbuf_len = (cfg.sbuf_size + CTRL_AREA) as usize;
         let rbuf_len = cfg.rbuf_size as usize;
         let target_len = cfg.target_len() as usize;
-        let block = self.alloc(pd, sbuf_len + rbuf_len + target_len)?;
-        let r = &self.regions[block.region];
-        let sbuf = block.off;
-        let rbuf = (sbuf + sbuf_len).next_multiple_of(8);
+        // The remotely writable part in pages of its own; the send ring beside it.
+        let [rblock, sblock] = self.alloc_pair(rbuf_len + target_len, sbuf_len)?;
+        let r = &self.regions[rblock.region];
+        let rbuf = rblock.off;
         let target = rbuf + rbuf_len;
-        let Ok(remote) = pd.reg_region(
-            &r.mem,
-            rbuf,
-            rbuf_len + target_len,
-            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
-        ) else {
-            self.release(block);
-            return Err(RsError::NoMemory);
-        };
+        let sbuf = sblock.off;
         // Fresh or reused, a block starts zeroed: the target list must read as empty.
         r.mem.copy_in(target, &vec![0u8; target_len]);
+        let regs = pd
+            .reg_region(&r.mem, sbuf, sblock.len, Access::LOCAL_WRITE)
+            .and_then(|local| {
+                pd.reg_region(
+                    &r.mem,
+                    rbuf,
+                    rbuf_len + target_len,
+                    Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+                )
+                .map(|remote| (local, remote))
+            });
+        let Ok((local, remote)) = regs else {
+            self.release(sblock);
+            self.release(rblock);
+            return Err(RsError::NoMemory);
+        };
         Ok(SockBufs {
-            block,
+            blocks: [rblock, sblock],
             mem: r.mem.clone(),
-            lkey: r.local.lkey(),
+            lkey: local.lkey(),
+            _local: local,
             sbuf,
             rbuf,
             target,
@@ -126,17 +173,22 @@ impl<P: Provider> Arena<P> {
 
     /// Returns a socket's buffers (its remote registration is dropped, revoking the key).
     pub(crate) fn free(&mut self, b: SockBufs<P>) {
-        let block = b.block;
+        let blocks = b.blocks;
         drop(b);
-        self.release(block);
+        for block in blocks {
+            self.release(block);
+        }
     }
 }
 
 /// One socket's buffers inside the arena.
 pub(crate) struct SockBufs<P: Provider> {
-    block: Block,
+    /// The remotely writable block and the send-ring block.
+    blocks: [Block; 2],
     pub mem: Arc<Region>,
+    /// Key of the send ring's local registration.
     pub lkey: u32,
+    _local: P::Mr,
     sbuf: usize,
     rbuf: usize,
     target: usize,

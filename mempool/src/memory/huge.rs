@@ -16,7 +16,7 @@ use memmap2::MmapOptions;
 
 use super::MemError;
 use super::kernel::HugepagePool;
-use super::map::{HugeAlloc, Memory, create_memfd, round_up, touch_pages};
+use super::map::{HugeAlloc, Memory, create_memfd, round_up, seal_size, touch_pages};
 use super::notice::PageSize;
 use super::sys::{HUGE_2M, default_hugepage_size, hugepage_pool, pool_dir};
 
@@ -143,7 +143,8 @@ fn map_failure(
 pub(crate) fn map_memfd(name: &str, len: usize) -> Result<Mapped, HugeFailure> {
     let page_size = HUGE_2M;
     let (len, wanted, pool) = plan(name, len, page_size)?;
-    let flags = libc::MFD_CLOEXEC | libc::MFD_HUGETLB | libc::MFD_HUGE_2MB;
+    let flags =
+        libc::MFD_CLOEXEC | libc::MFD_HUGETLB | libc::MFD_HUGE_2MB | libc::MFD_ALLOW_SEALING;
     let file = create_memfd(name, flags).map_err(|e| {
         if e.raw_os_error() == Some(libc::EINVAL) {
             HugeFailure::Unsupported {
@@ -165,6 +166,14 @@ pub(crate) fn map_memfd(name: &str, len: usize) -> Result<Mapped, HugeFailure> {
             name: name.to_owned(),
             len,
             op: "ftruncate",
+            source: e,
+        })
+    })?;
+    seal_size(&file).map_err(|e| {
+        HugeFailure::Os(MemError::MemfdSize {
+            name: name.to_owned(),
+            len,
+            op: "fcntl(F_ADD_SEALS)",
             source: e,
         })
     })?;

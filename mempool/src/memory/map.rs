@@ -100,6 +100,35 @@ pub(crate) fn create_memfd(name: &str, flags: libc::c_uint) -> io::Result<File> 
     Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
+/// Seals a memfd's size (`F_SEAL_SHRINK | F_SEAL_GROW`): a process it is shared with can
+/// no longer truncate it under our mapping (which would turn our next access into a
+/// `SIGBUS`). The memfd must have been created with `MFD_ALLOW_SEALING`.
+pub(crate) fn seal_size(file: &File) -> io::Result<()> {
+    add_seals(file.as_raw_fd(), libc::F_SEAL_SHRINK | libc::F_SEAL_GROW)
+}
+
+/// Adds `seals` to a memfd.
+pub(crate) fn add_seals(fd: libc::c_int, seals: libc::c_int) -> io::Result<()> {
+    // SAFETY: plain fcntl on a descriptor the caller holds; no memory is passed.
+    let rc = unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, seals) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The seals of a memfd (`F_GET_SEALS`); an error for descriptors that cannot be sealed.
+pub(crate) fn get_seals(fd: libc::c_int) -> io::Result<libc::c_int> {
+    // SAFETY: plain fcntl on a descriptor the caller holds; no memory is passed.
+    let rc = unsafe { libc::fcntl(fd, libc::F_GET_SEALS) };
+    if rc >= 0 {
+        Ok(rc)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Allocates the whole of a shmem memfd so a shortage is `ENOSPC`/`ENOMEM`
 /// here instead of a `SIGBUS` at first touch.
 pub(crate) fn fallocate(file: &File, len: usize) -> io::Result<()> {
@@ -135,14 +164,18 @@ pub(crate) unsafe fn touch_pages(ptr: *mut u8, len: usize, stride: usize) {
 /// Faults in a mapping of existing shared pages without writing them
 /// (`MADV_POPULATE_WRITE`, Linux 5.14+). Returns `Ok` on older kernels,
 /// where `MAP_POPULATE` at mmap time was the best effort available.
-pub(crate) fn populate_shared(map: &MmapRaw, name: &str) -> Result<(), MemError> {
+pub(crate) fn populate_shared(map: &MmapRaw, name: &str, writable: bool) -> Result<(), MemError> {
     // SAFETY: the range is exactly the live mapping owned by `map`; the
     // advice only faults pages in and never changes their contents.
     let rc = unsafe {
         libc::madvise(
             map.as_mut_ptr().cast(),
             map.len(),
-            libc::MADV_POPULATE_WRITE,
+            if writable {
+                libc::MADV_POPULATE_WRITE
+            } else {
+                libc::MADV_POPULATE_READ
+            },
         )
     };
     if rc == 0 {

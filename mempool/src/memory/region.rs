@@ -2,6 +2,8 @@
 
 use std::fmt;
 use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,7 +12,10 @@ use memmap2::{MmapOptions, MmapRaw};
 
 use super::huge::{self, Mapped};
 use super::kernel::Limit;
-use super::map::{Memory, create_memfd, fallocate, populate_shared, round_up, touch_pages};
+use super::map::{
+    Memory, add_seals, create_memfd, fallocate, get_seals, populate_shared, round_up, seal_size,
+    touch_pages,
+};
 use super::notice::{self, Residency, Size};
 use super::registry;
 use super::sys::{base_page_size, has_cap_ipc_lock, locked_bytes, memlock_limit};
@@ -37,6 +42,8 @@ pub struct Region {
     page_size: usize,
     backend: Backend,
     residency: Residency,
+    /// False for a peer's region mapped read-only ([`Region::from_shared_read_only_quiet`]).
+    writable: bool,
     /// Dropped (unmapped) before `file` is closed; declared first for that.
     mem: Memory,
     /// The memfd of shareable backends; registered in [`registry`] while live.
@@ -108,9 +115,11 @@ fn map_normal_memfd(name: &str, len: usize) -> Result<Mapped, MemError> {
         name: name.to_owned(),
         reason: "len overflows when rounded up to the page size; ask for less",
     })?;
-    let file = create_memfd(name, libc::MFD_CLOEXEC).map_err(|e| MemError::MemfdCreate {
-        name: name.to_owned(),
-        source: e,
+    let file = create_memfd(name, libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING).map_err(|e| {
+        MemError::MemfdCreate {
+            name: name.to_owned(),
+            source: e,
+        }
     })?;
     let size_err = |op, source| MemError::MemfdSize {
         name: name.to_owned(),
@@ -121,6 +130,7 @@ fn map_normal_memfd(name: &str, len: usize) -> Result<Mapped, MemError> {
     file.set_len(len as u64)
         .map_err(|e| size_err("ftruncate", e))?;
     fallocate(&file, len).map_err(|e| size_err("fallocate", e))?;
+    seal_size(&file).map_err(|e| size_err("fcntl(F_ADD_SEALS)", e))?;
     let map = MmapOptions::new()
         .len(len)
         .populate()
@@ -260,7 +270,7 @@ impl Region {
         page_size: usize,
         name: &str,
     ) -> Result<Self, MemError> {
-        Self::map_shared(fd, len, page_size, name, false)
+        Self::map_shared(fd, len, page_size, name, false, true)
     }
 
     /// [`Region::from_shared`] for control segments mapped in large numbers (one or more
@@ -279,7 +289,25 @@ impl Region {
         page_size: usize,
         name: &str,
     ) -> Result<Self, MemError> {
-        Self::map_shared(fd, len, page_size, name, true)
+        Self::map_shared(fd, len, page_size, name, true, true)
+    }
+
+    /// [`Region::from_shared_quiet`], mapped read-only (`PROT_READ`): for a peer's memory
+    /// this process must never write, such as a table the peer alone maintains (and has
+    /// sealed with [`Region::seal_future_write`], so no writable mapping is possible).
+    /// [`Region::store_u8`] and [`Region::copy_in`] panic on such a region; raw pointers
+    /// from [`Region::as_ptr`] must only be read.
+    ///
+    /// # Errors
+    ///
+    /// As [`Region::from_shared`].
+    pub fn from_shared_read_only_quiet(
+        fd: OwnedFd,
+        len: usize,
+        page_size: usize,
+        name: &str,
+    ) -> Result<Self, MemError> {
+        Self::map_shared(fd, len, page_size, name, true, false)
     }
 
     fn map_shared(
@@ -288,6 +316,7 @@ impl Region {
         page_size: usize,
         name: &str,
         quiet: bool,
+        writable: bool,
     ) -> Result<Self, MemError> {
         validate(name, len)?;
         if !page_size.is_power_of_two()
@@ -315,16 +344,33 @@ impl Region {
                 fd_page_size,
             });
         }
-        let map = MmapOptions::new()
-            .len(len)
-            .populate()
-            .map_raw(&file)
-            .map_err(|e| MemError::Map {
+        // A file the peer can still shrink would turn our next access past its new end
+        // into a SIGBUS: map only memfds sealed against shrinking (every shareable region
+        // mempool creates is).
+        let sealed = get_seals(file.as_raw_fd()).is_ok_and(|s| s & libc::F_SEAL_SHRINK != 0);
+        if !sealed {
+            return Err(MemError::SharedFd {
                 name: name.to_owned(),
-                len,
-                source: e,
-            })?;
-        populate_shared(&map, name)?;
+                source: io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "the memfd is not sealed against shrinking (F_SEAL_SHRINK), so its owner \
+                     could truncate it under this mapping; share regions created by mempool \
+                     (they are sealed), or seal the memfd",
+                ),
+            });
+        }
+        let opts = MmapOptions::new().len(len).populate().clone();
+        let mapped = if writable {
+            opts.map_raw(&file)
+        } else {
+            opts.map_raw_read_only(&file)
+        };
+        let map = mapped.map_err(|e| MemError::Map {
+            name: name.to_owned(),
+            len,
+            source: e,
+        })?;
+        populate_shared(&map, name, writable)?;
         let (backend, residency) = if page_size > base_page_size() {
             (Backend::HugeMemfd, Residency::Hugetlb)
         } else {
@@ -338,9 +384,9 @@ impl Region {
             // `from_shared_quiet`); the kernel keeps the mapped pages alive.
             file: (!quiet).then_some(file),
         };
-        Ok(Self::finish(
-            name, mapped, backend, residency, None, true, quiet,
-        ))
+        let mut r = Self::finish(name, mapped, backend, residency, None, true, quiet);
+        r.writable = writable;
+        Ok(r)
     }
 
     /// Registers (if shareable), announces and wraps a mapping.
@@ -384,6 +430,7 @@ impl Region {
             page_size: m.page_size,
             backend,
             residency,
+            writable: true,
             mem: m.mem,
             file: m.file,
         }
@@ -439,6 +486,34 @@ impl Region {
         registry::range_within(self.as_ptr() as usize, self.len, addr, len)
     }
 
+    /// Seals the region's memfd against new writable mappings and writes
+    /// (`F_SEAL_FUTURE_WRITE`): the mapping this process already holds stays writable,
+    /// while a peer given the memfd can from now on only map it read-only. For tables this
+    /// process maintains and peers only read. Permanent.
+    ///
+    /// # Errors
+    ///
+    /// [`MemError::SharedFd`] for a region without a memfd or a kernel without the seal
+    /// (Linux 5.1+).
+    pub fn seal_future_write(&self) -> Result<(), MemError> {
+        let err = |source| MemError::SharedFd {
+            name: self.name.clone(),
+            source,
+        };
+        let f = self.file.as_ref().ok_or_else(|| {
+            err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the region has no memfd; create it shareable",
+            ))
+        })?;
+        add_seals(f.as_raw_fd(), libc::F_SEAL_FUTURE_WRITE).map_err(err)
+    }
+
+    /// False for a region mapped read-only ([`Region::from_shared_read_only_quiet`]).
+    pub fn is_writable(&self) -> bool {
+        self.writable
+    }
+
     /// The memfd and geometry a peer needs, or `None` for anonymous backends.
     pub fn share_handle(&self) -> Option<ShareHandle<'_>> {
         self.file.as_ref().map(|f| ShareHandle {
@@ -474,6 +549,7 @@ impl Region {
     /// If `off` is outside the region.
     #[inline]
     pub fn store_u8(&self, off: usize, v: u8) {
+        assert!(self.writable, "region '{}' is mapped read-only", self.name);
         assert!(
             off < self.len,
             "offset {off} outside region '{}' of {} bytes",
@@ -494,6 +570,7 @@ impl Region {
     ///
     /// If the range is outside the region.
     pub fn copy_in(&self, off: usize, src: &[u8]) {
+        assert!(self.writable, "region '{}' is mapped read-only", self.name);
         assert!(
             off.checked_add(src.len()).is_some_and(|e| e <= self.len),
             "range {off}+{} outside region '{}' of {} bytes",

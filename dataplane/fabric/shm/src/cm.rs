@@ -317,7 +317,7 @@ impl CmChannel for ShmCm {
         let (Some(sock), Some(peer)) = (request.sock.take(), request.peer.take()) else {
             return Err(FabricError::BadState("connection request already answered"));
         };
-        let _ = qp.core.peer.set(peer);
+        peer.install(&qp.core)?;
         let conn = Conn::new(
             &self.ch,
             &self.dev,

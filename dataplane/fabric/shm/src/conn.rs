@@ -20,10 +20,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::core::DevCore;
-use crate::layout::{DOORBELL_SLOTS, QpSegView};
+use crate::layout::{DOORBELL_SLOTS, Doorbell, KeyTable, QpSegLayout, QpSegView};
 use crate::link::{ConnState, Link};
 use crate::msg::{EndpointInfo, Msg, RegionDesc};
 use crate::rc::{ConnHook, Peer, QpCore};
+use crate::remote::{PeerExport, RemoteKt};
 use crate::seg::map_segment;
 use crate::service::{Registry, Watch};
 use crate::util::lock;
@@ -75,6 +76,8 @@ pub(crate) struct Conn {
     pub peer: SocketAddr,
     pub qp: Weak<QpCore>,
     gone: AtomicBool,
+    /// Exports the peer announced before its REP (active side), installed with the peer.
+    early_exports: Mutex<Vec<(u32, PeerExport)>>,
 }
 
 impl Conn {
@@ -96,6 +99,7 @@ impl Conn {
             peer,
             qp: Arc::downgrade(qp),
             gone: AtomicBool::new(false),
+            early_exports: Mutex::new(Vec::new()),
         });
         let hook: Weak<dyn ConnHook> = Arc::downgrade(&c) as Weak<dyn ConnHook>;
         let _ = qp.conn_ref.set(hook);
@@ -157,8 +161,21 @@ impl ConnHook for Conn {
     }
 }
 
+/// A peer endpoint mapped here, ready to be installed in a queue pair.
+pub(crate) struct MappedPeer {
+    pub peer: Peer,
+    pub exports: Vec<(u32, PeerExport)>,
+}
+
+impl MappedPeer {
+    /// Installs the peer in `q`.
+    pub(crate) fn install(self, q: &QpCore) -> Result<()> {
+        q.install_peer(self.peer, self.exports)
+    }
+}
+
 /// Maps a peer endpoint from its description and descriptors.
-pub(crate) fn map_peer(dev: &DevCore, ep: &EndpointInfo, fds: Vec<OwnedFd>) -> Result<Peer> {
+pub(crate) fn map_peer(dev: &DevCore, ep: &EndpointInfo, fds: Vec<OwnedFd>) -> Result<MappedPeer> {
     if fds.len() != 3 + ep.regions.len() {
         return Err(FabricError::Protocol(
             "endpoint descriptors do not match its description",
@@ -166,6 +183,16 @@ pub(crate) fn map_peer(dev: &DevCore, ep: &EndpointInfo, fds: Vec<OwnedFd>) -> R
     }
     if ep.cq_slot as usize >= DOORBELL_SLOTS {
         return Err(FabricError::Protocol("peer doorbell slot out of range"));
+    }
+    // Sizes the peer could only get wrong by lying: bound them before mapping anything.
+    let page = |n: usize| n.next_multiple_of(4096) as u64;
+    if ep.qp_seg_len > QpSegLayout::MAX_TOTAL as u64
+        || ep.cq_seg_len != page(size_of::<Doorbell>())
+        || ep.kt_seg_len != page(size_of::<KeyTable>())
+    {
+        return Err(FabricError::Protocol(
+            "peer endpoint announces impossible segment sizes",
+        ));
     }
     let mut it = fds.into_iter();
     let (Some(qp_fd), Some(db_fd), Some(kt_fd)) = (it.next(), it.next(), it.next()) else {
@@ -181,16 +208,20 @@ pub(crate) fn map_peer(dev: &DevCore, ep: &EndpointInfo, fds: Vec<OwnedFd>) -> R
         ));
     }
     let db_seg = dev.map_doorbell(ep.ctx_id, ep.cq_id, db_fd, ep.cq_seg_len)?;
-    let rpd = dev.remote_pd(ep.ctx_id, ep.pd_id, kt_fd, ep.kt_seg_len)?;
+    let kt = RemoteKt::map(kt_fd, ep.kt_seg_len)?;
+    let mut exports = Vec::with_capacity(ep.regions.len());
     for (desc, fd) in ep.regions.iter().zip(it) {
-        rpd.add_region(desc, fd)?;
+        exports.push((desc.slot, PeerExport::map(desc, fd)?));
     }
-    Ok(Peer {
-        _seg: seg,
-        view,
-        db_seg,
-        db_slot: ep.cq_slot,
-        rpd,
+    Ok(MappedPeer {
+        peer: Peer {
+            _seg: seg,
+            view,
+            db_seg,
+            db_slot: ep.cq_slot,
+            kt,
+        },
+        exports,
     })
 }
 
@@ -275,7 +306,7 @@ pub struct ShmConnRequest {
     pub(crate) src: SocketAddr,
     pub(crate) dst: SocketAddr,
     pdata: PrivateData,
-    pub(crate) peer: Option<Peer>,
+    pub(crate) peer: Option<MappedPeer>,
 }
 
 impl core::fmt::Debug for ShmConnRequest {
@@ -296,7 +327,7 @@ impl ShmConnRequest {
         src: SocketAddr,
         dst: SocketAddr,
         pdata: PrivateData,
-        peer: Peer,
+        peer: MappedPeer,
     ) -> Self {
         Self {
             listener,
@@ -481,6 +512,10 @@ fn on_conn(dev: &DevCore, c: &Conn, buf: &mut [u8]) {
                 ConnState::Accepted | ConnState::Established | ConnState::Connecting,
                 Msg::MrAdd { seq, region },
             ) => on_mr_add(c, seq, &region, fds),
+            (
+                ConnState::Accepted | ConnState::Established | ConnState::Connecting,
+                Msg::MrDel { slot },
+            ) => on_mr_del(c, slot),
             (_, Msg::MrAck { seq }) => {
                 c.link.got_ack(seq);
                 true
@@ -505,10 +540,13 @@ fn on_rep(
     let Some(q) = c.qp.upgrade() else {
         return true;
     };
-    let Ok(peer) = map_peer(dev, ep, fds) else {
+    let Ok(mut peer) = map_peer(dev, ep, fds) else {
         return false;
     };
-    let _ = q.peer.set(peer);
+    peer.exports.append(&mut lock(&c.early_exports));
+    if peer.install(&q).is_err() {
+        return false;
+    }
     q.set_state(QpState::Rts);
     c.link.set_state(ConnState::Established);
     // If the RTU cannot be sent the peer has already gone: the connection was established
@@ -530,16 +568,29 @@ fn on_mr_add(c: &Conn, seq: u64, region: &RegionDesc, mut fds: Vec<OwnedFd>) -> 
     let Some(q) = c.qp.upgrade() else {
         return true;
     };
-    match q.peer.get() {
-        Some(p) => {
-            if p.rpd.add_region(region, fd).is_err() {
-                return false;
-            }
+    let Ok(e) = PeerExport::map(region, fd) else {
+        return false;
+    };
+    if q.peer.get().is_some() {
+        if q.add_export(region.slot, e).is_err() {
+            return false;
         }
-        // Connecting: the REP will list this region again; nothing to map yet.
-        None => drop(fd),
+    } else {
+        // Connecting: announced before the REP; installed with the peer.
+        lock(&c.early_exports).push((region.slot, e));
     }
     c.link.send(&Msg::MrAck { seq }, &[]).is_ok()
+}
+
+fn on_mr_del(c: &Conn, slot: u32) -> bool {
+    if let Some(q) = c.qp.upgrade() {
+        if q.peer.get().is_some() {
+            q.remove_export(slot);
+        } else {
+            lock(&c.early_exports).retain(|(s, _)| *s != slot);
+        }
+    }
+    true
 }
 
 fn hang_up(dev: &DevCore, c: &Conn) {

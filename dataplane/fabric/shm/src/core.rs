@@ -16,7 +16,6 @@ use mempool::memory::Region;
 
 use crate::ShmConfig;
 use crate::layout::{Doorbell, SegKind};
-use crate::remote::RemotePd;
 use crate::seg::{map_segment, new_segment};
 use crate::service::Service;
 use crate::unix;
@@ -34,6 +33,11 @@ pub(crate) const MAX_QP_INDEX: u32 = 4095;
 pub struct ShmStats {
     /// Malformed or unexpected control messages from peers (each dropped the connection).
     pub malformed_cm_msgs: AtomicU64,
+    /// Protocol violations a peer made through shared memory (an inbound message with
+    /// impossible lengths or positions, a message beyond its credits, a datagram without
+    /// a claimed receive): each failed the receive and moved the queue pair to the error
+    /// state.
+    pub peer_violations: AtomicU64,
     /// Connections lost because the peer process died (hang-up without a disconnect).
     pub peer_deaths: AtomicU64,
     /// Datagrams dropped (no receive posted, queue full, wrong Q_Key or dead queue pair).
@@ -66,7 +70,6 @@ pub(crate) struct DevCore {
     qp_index: Mutex<Vec<bool>>,
     /// Our UD queue pairs, by QPN, as resolve requests see them.
     pub ud_exports: Mutex<HashMap<u32, UdExport>>,
-    remote_pds: Mutex<HashMap<(u32, u64), Weak<RemotePd>>>,
     remote_doorbells: Mutex<HashMap<(u32, u64), Weak<Region>>>,
     pub service: Service,
     pub stats: ShmStats,
@@ -92,7 +95,6 @@ impl DevCore {
             next_id: AtomicU64::new(1),
             qp_index: Mutex::new(vec![false; MAX_QP_INDEX as usize + 1]),
             ud_exports: Mutex::new(HashMap::new()),
-            remote_pds: Mutex::new(HashMap::new()),
             remote_doorbells: Mutex::new(HashMap::new()),
             service,
             stats: ShmStats::default(),
@@ -165,24 +167,6 @@ impl DevCore {
             .map_err(FabricError::Protocol)?;
         m.retain(|_, w| w.strong_count() > 0);
         m.insert((ctx, cq_id), Arc::downgrade(&r));
-        Ok(r)
-    }
-
-    /// Maps (or finds) the peer protection domain `(ctx, pd_id)`.
-    pub(crate) fn remote_pd(
-        &self,
-        ctx: u32,
-        pd_id: u64,
-        kt_fd: OwnedFd,
-        kt_len: u64,
-    ) -> Result<Arc<RemotePd>> {
-        let mut m = lock(&self.remote_pds);
-        if let Some(r) = m.get(&(ctx, pd_id)).and_then(Weak::upgrade) {
-            return Ok(r);
-        }
-        let r = RemotePd::map(kt_fd, kt_len)?;
-        m.retain(|_, w| w.strong_count() > 0);
-        m.insert((ctx, pd_id), Arc::downgrade(&r));
         Ok(r)
     }
 }

@@ -143,7 +143,7 @@ impl UdCore {
                     // Relaxed: statistics.
                     self.dev
                         .stats
-                        .malformed_cm_msgs
+                        .peer_violations
                         .fetch_add(1, Ordering::Relaxed);
                     self.drop_one();
                 }

@@ -135,10 +135,12 @@ impl KeySnap {
     /// True if `[addr, addr + len)` lies inside the registration.
     #[inline]
     pub(crate) fn covers(&self, addr: u64, len: u64) -> bool {
+        // Both ends are checked arithmetic: the entry may be a peer's.
         addr >= self.base
             && addr
                 .checked_add(len)
-                .is_some_and(|end| end <= self.base + self.len)
+                .zip(self.base.checked_add(self.len))
+                .is_some_and(|(end, limit)| end <= limit)
     }
 }
 
@@ -380,9 +382,15 @@ pub(crate) struct QpSegLayout {
 }
 
 impl QpSegLayout {
+    /// Largest receive ring a peer segment may have.
+    pub(crate) const MAX_RQ_CAP: u32 = 1 << 20;
+    /// Largest bounce buffer a peer segment may have.
+    pub(crate) const MAX_BOUNCE: u32 = 1 << 30;
+    /// Largest segment (the two maxima above).
+    pub(crate) const MAX_TOTAL: usize = Self::new(Self::MAX_RQ_CAP, Self::MAX_BOUNCE).total;
+
     /// Layout for `rq_cap` (power of two) receives and `bounce_len` bounce bytes.
-    pub(crate) fn new(rq_cap: u32, bounce_len: u32) -> Self {
-        debug_assert!(rq_cap.is_power_of_two());
+    pub(crate) const fn new(rq_cap: u32, bounce_len: u32) -> Self {
         let rq_len_off = size_of::<QpSegHeader>();
         let slots_off = (rq_len_off + 4 * rq_cap as usize).next_multiple_of(128);
         let bounce_off =
@@ -397,6 +405,17 @@ impl QpSegLayout {
             total,
         }
     }
+}
+
+/// What [`QpSegView::bounce_reserve`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reserve {
+    /// Room from this position.
+    At(u64),
+    /// Not enough room released yet: wait.
+    Full,
+    /// The owner's numbers are impossible.
+    Bad,
 }
 
 /// Typed access to a mapped queue-pair segment.
@@ -448,7 +467,10 @@ impl QpSegView {
         h.hdr.check(SegKind::Qp, mapped)?;
         let rq_cap = h.rq_cap;
         let bounce_len = h.bounce_len;
-        if !rq_cap.is_power_of_two() || rq_cap > 1 << 20 || bounce_len > 1 << 30 {
+        if !rq_cap.is_power_of_two()
+            || rq_cap > QpSegLayout::MAX_RQ_CAP
+            || bounce_len > QpSegLayout::MAX_BOUNCE
+        {
             return Err("peer queue-pair segment has impossible sizes");
         }
         let layout = QpSegLayout::new(rq_cap, bounce_len);
@@ -565,14 +587,16 @@ impl QpSegView {
         unsafe { self.base.add(self.layout.bounce_off + off) }
     }
 
-    /// Peer: reserves `len` contiguous bounce bytes after `head`; returns the start
-    /// position, or `None` if the owner has not freed enough yet.
+    /// Peer: reserves `len` contiguous bounce bytes after `head`: the start position,
+    /// [`Reserve::Full`] if the owner has not freed enough yet, or [`Reserve::Bad`] if the
+    /// owner's release counter is impossible (ahead of what we sent, or a request larger than
+    /// the whole buffer).
     #[inline]
-    pub(crate) fn bounce_reserve(&self, head: u64, len: u32) -> Option<u64> {
+    pub(crate) fn bounce_reserve(&self, head: u64, len: u32) -> Reserve {
         let cap = u64::from(self.layout.bounce_len);
         let len = u64::from(len);
-        if len > cap {
-            return None;
+        if len > cap || cap == 0 {
+            return Reserve::Bad;
         }
         let off = head % cap;
         let start = if off + len > cap {
@@ -583,7 +607,32 @@ impl QpSegView {
         // Q5: Acquire, pairs with Q6 in `bounce_release`: the owner finished reading the
         // bytes we are about to overwrite.
         let tail = self.header().bounce_tail.load(Ordering::Acquire);
-        (start + len - tail <= cap).then_some(start)
+        // The owner writes `tail`: it may lag, but never run past what we sent.
+        match (start + len).checked_sub(tail) {
+            None => Reserve::Bad,
+            Some(used) if used <= cap => Reserve::At(start),
+            Some(_) => Reserve::Full,
+        }
+    }
+
+    /// Owner: the payload of a SEND that the peer says ends at bounce position `end` and is
+    /// `len` bytes long, given that everything before `tail` was released already. `None`
+    /// if the peer's numbers are impossible: the payload must start at or after `tail`,
+    /// end within one lap of it, and lie contiguously inside the bounce area (the sender
+    /// never wraps a payload).
+    #[inline]
+    pub(crate) fn bounce_payload(&self, tail: u64, end: u64, len: u32) -> Option<*const u8> {
+        let cap = u64::from(self.layout.bounce_len);
+        let start = end.checked_sub(u64::from(len))?;
+        if start < tail || end - tail > cap || cap == 0 {
+            return None;
+        }
+        let off = start % cap;
+        if off + u64::from(len) > cap {
+            return None;
+        }
+        // SAFETY: off + len <= bounce_len: the payload lies inside the bounce area.
+        Some(unsafe { self.base.add(self.layout.bounce_off + off as usize) })
     }
 
     /// Owner: frees bounce bytes up to `end`.
@@ -600,6 +649,8 @@ impl QpSegView {
 
 /// Largest UD payload (the path MTU the shm provider reports).
 pub(crate) const UD_MTU: usize = 4096;
+/// Most slots of a UD segment.
+pub(crate) const UD_MAX_SLOTS: u32 = 1 << 16;
 
 /// Fixed part of a UD segment.
 #[repr(C)]
@@ -709,7 +760,7 @@ impl UdSegView {
         let h = unsafe { &*base.cast::<UdSegHeader>() };
         h.hdr.check(SegKind::Ud, mapped)?;
         let nslots = h.nslots;
-        if !nslots.is_power_of_two() || nslots > 1 << 16 || ud_seg_len(nslots) > mapped {
+        if !nslots.is_power_of_two() || nslots > UD_MAX_SLOTS || ud_seg_len(nslots) > mapped {
             return Err("peer UD segment has impossible sizes");
         }
         Ok(Self { base, nslots })

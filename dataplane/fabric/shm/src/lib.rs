@@ -40,9 +40,19 @@
 //! entries; 1024 inline bytes; 4095 queue pairs per device and 4095 devices per rendezvous
 //! directory; private data 196 bytes (REQ and REP) and 148 (REJ).
 
+//!
+//! # Modules, bottom up
+//!
+//! Each module uses only modules listed before it (`scripts/check-imports.py` checks it):
+//! `util`, `layout` (shared-memory layouts), `msg` (control messages), `place`, `unix`,
+//! `seg` (segments), `share` (remotely accessible memory in memfds of its own), `remote`
+//! (a peer's key table), `service` (the control thread), `core` (per-device state), `link`
+//! (a connection's control socket), `pd`, `cq_shared`, `rc` and `dgram` (the RC and UD
+//! engines), `cq` (the poller), `qp` and `ud` (the application's handles), `conn`
+//! (connections and their service-thread handlers), [`cm`], `device`.
+
 #![allow(unsafe_code)]
 
-// Bottom up: each module uses only those listed before it.
 pub mod cm;
 mod conn;
 mod core;
@@ -50,7 +60,8 @@ mod cq;
 mod cq_shared;
 mod device;
 mod dgram;
-mod inplace;
+#[cfg(test)]
+mod hostile_tests;
 mod layout;
 mod link;
 mod msg;
@@ -61,6 +72,7 @@ mod rc;
 mod remote;
 mod seg;
 mod service;
+mod share;
 mod ud;
 mod unix;
 mod util;

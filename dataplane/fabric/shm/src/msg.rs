@@ -14,7 +14,7 @@ use dp_fabric::traits::{MAX_PRIVATE_DATA, PrivateData};
 /// Header magic, `"DPSH"`.
 pub(crate) const MAGIC: u32 = u32::from_le_bytes(*b"DPSH");
 /// Protocol version spoken here.
-pub(crate) const VERSION: u8 = 1;
+pub(crate) const VERSION: u8 = 2;
 /// Header length.
 pub(crate) const HDR_LEN: usize = 8;
 /// Largest message (header + payload).
@@ -39,16 +39,19 @@ pub(crate) enum DecodeError {
     Malformed,
 }
 
-/// One exported memory region, as listed in an endpoint description. The region's memfd
-/// travels in the same message.
+/// One exported registration, as listed in an endpoint description or announced. Its
+/// memfd travels in the same message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct RegionDesc {
-    /// Slot in the exporting protection domain's region table.
+    /// Slot in the exporting protection domain's export table.
     pub slot: u32,
-    /// Mapped length.
+    /// Mapped length (the registration's pages).
     pub len: u64,
     /// Page size of the memfd (4 KiB or 2 MiB).
     pub page_size: u32,
+    /// Whether peers may write it (a remote write right); otherwise it is mapped read-only
+    /// (and sealed so that nothing else is possible).
+    pub writable: bool,
 }
 
 /// What one side of a connection tells the other about itself. Descriptors, in order:
@@ -114,6 +117,12 @@ pub(crate) enum Msg {
         /// The region.
         region: RegionDesc,
     },
+    /// An exported registration ended: unmap export `slot`. Not acknowledged: the
+    /// exporter no longer backs those pages with the memfd the peer holds.
+    MrDel {
+        /// Export slot.
+        slot: u32,
+    },
     /// The peer has mapped region announcement `seq`.
     MrAck {
         /// Sequence number.
@@ -148,6 +157,7 @@ const K_MR_ADD: u8 = 6;
 const K_MR_ACK: u8 = 7;
 const K_UD_RESOLVE: u8 = 8;
 const K_UD_RESOLVE_REP: u8 = 9;
+const K_MR_DEL: u8 = 10;
 
 impl Msg {
     /// Number of descriptors that must accompany this message.
@@ -190,6 +200,7 @@ impl Msg {
                 put_region(out, region);
             }
             Self::MrAck { seq } => out.extend_from_slice(&seq.to_le_bytes()),
+            Self::MrDel { slot } => out.extend_from_slice(&slot.to_le_bytes()),
             Self::UdResolve { qpn } => out.extend_from_slice(&qpn.to_le_bytes()),
             Self::UdResolveRep {
                 status,
@@ -218,6 +229,7 @@ impl Msg {
             Self::Dreq => K_DREQ,
             Self::MrAdd { .. } => K_MR_ADD,
             Self::MrAck { .. } => K_MR_ACK,
+            Self::MrDel { .. } => K_MR_DEL,
             Self::UdResolve { .. } => K_UD_RESOLVE,
             Self::UdResolveRep { .. } => K_UD_RESOLVE_REP,
         }
@@ -256,6 +268,7 @@ impl Msg {
                 region: r.region()?,
             },
             K_MR_ACK => Self::MrAck { seq: r.u64()? },
+            K_MR_DEL => Self::MrDel { slot: r.u32()? },
             K_UD_RESOLVE => Self::UdResolve { qpn: r.u32()? },
             K_UD_RESOLVE_REP => Self::UdResolveRep {
                 status: r.u32()?,
@@ -293,6 +306,7 @@ fn put_region(out: &mut Vec<u8>, r: &RegionDesc) {
     out.extend_from_slice(&r.slot.to_le_bytes());
     out.extend_from_slice(&r.len.to_le_bytes());
     out.extend_from_slice(&r.page_size.to_le_bytes());
+    out.push(u8::from(r.writable));
 }
 
 fn put_ep(out: &mut Vec<u8>, ep: &EndpointInfo) {
@@ -359,8 +373,14 @@ impl Reader<'_> {
             slot: self.u32()?,
             len: self.u64()?,
             page_size: self.u32()?,
+            writable: match self.u8()? {
+                0 => false,
+                1 => true,
+                _ => return Err(DecodeError::Malformed),
+            },
         };
         if r.len == 0
+            || r.slot as usize >= MAX_REGIONS
             || !r.page_size.is_power_of_two()
             || !r.len.is_multiple_of(u64::from(r.page_size))
         {
@@ -422,6 +442,7 @@ mod tests {
                 slot: 0,
                 len: 1 << 21,
                 page_size: 1 << 21,
+                writable: true,
             }],
         }
     }
@@ -449,9 +470,11 @@ mod tests {
                     slot: 2,
                     len: 4096,
                     page_size: 4096,
+                    writable: false,
                 },
             },
             Msg::MrAck { seq: 5 },
+            Msg::MrDel { slot: 2 },
             Msg::UdResolve { qpn: 99 },
             Msg::UdResolveRep {
                 status: 0,
@@ -476,7 +499,7 @@ mod tests {
         b[0] ^= 1;
         assert_eq!(Msg::decode(&b), Err(DecodeError::BadMagic));
         let mut b = buf.clone();
-        b[4] = 2;
+        b[4] = VERSION + 1;
         assert_eq!(Msg::decode(&b), Err(DecodeError::BadVersion));
         let mut b = buf.clone();
         b[5] = 200;

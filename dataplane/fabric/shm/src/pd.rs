@@ -1,72 +1,53 @@
-//! Protection domains, memory regions and the peers' view of them.
+//! Protection domains and memory regions.
 //!
-//! A protection domain owns a key-table segment (see [`layout`](super::layout)). Registering
-//! memory writes one entry; deregistering revokes it by generation. Memory registered with a
-//! remote right must live in a shareable `mempool` region: the region is *exported* (its
-//! memfd is sent to every connected peer, which maps it once) and the key entry names the
-//! export slot. Regions without a remotely accessible registration are never sent anywhere.
+//! A protection domain owns a key-table segment (see [`layout`](crate::layout)), which peers
+//! map read-only (it is sealed against writable mappings once formatted). Registering memory
+//! writes one entry; deregistering revokes it by generation, so every copy of the old key
+//! stops working at once.
 //!
-//! On the peer, a [`RemotePd`] holds the mapped key table and exports of one remote
-//! protection domain, shared by every connection to it. Every remote access re-reads the
-//! owner's key entry, so revocation takes effect immediately.
-//!
-//! # Plain process memory with remote rights
-//!
-//! `reg_raw` with a remote right on memory that is not in a shareable region (a `malloc`
-//! buffer, as librdmacm's `riomap` callers pass) makes the pages shareable *in place*: the
-//! page-aligned range is copied into a fresh memfd, which is then mapped `MAP_SHARED |
-//! MAP_FIXED` over the same addresses, so the program sees the same bytes at the same
-//! address and the memfd is exported like a region. The conversion is remembered per range,
-//! and later registrations inside it reuse the memfd; a registration that extends past it
-//! (while nothing is registered on the old range) converts the union afresh. See
-//! [`inplace`](crate::inplace) for what this costs the program: the pages become shared memory for good.
+//! A registration with a remote right is *exported*: its pages get a memfd of their own
+//! ([`share`](crate::share)), which is sent to the peers of every connection whose queue
+//! pair belongs to this protection domain, and only to them (the protection domain is the
+//! isolation unit, as on RDMA hardware: a peer can only name keys of the domain of the
+//! queue pair it is connected to). A peer maps the memfd once, writable only if a remote
+//! write right was granted. The key entry names the export slot. Registrations without a
+//! remote right are never sent anywhere. When an exported registration ends, its key is
+//! revoked, its peers are told to unmap it (`MrDel`), and its pages get their original
+//! memory back, so a peer that kept the mapping writes into pages nobody reads.
 
-use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use mempool::memory::{Region, registry};
+use mempool::memory::Region;
 
 use crate::Shm;
 use crate::core::DevCore;
-use crate::inplace;
 use crate::layout::{KEY_SLOTS, KeySnap, KeyTable, make_key};
 use crate::link::Link;
 use crate::msg::{MAX_REGIONS, Msg, RegionDesc};
+use crate::share::{self, Share};
 use crate::util::lock;
 use dp_fabric::error::{FabricError, Result};
 use dp_fabric::traits::{MemoryRegion, ProtectionDomain};
 use dp_fabric::types::Access;
 
-/// Most regions one protection domain exports.
+/// Most registrations one protection domain exports at a time (all of them travel with
+/// a new connection's endpoint description).
 pub(crate) const MAX_EXPORTS: usize = MAX_REGIONS;
 
-/// A region exported to peers.
-pub(crate) struct Export {
-    pub fd: OwnedFd,
-    pub len: u64,
-    pub page_size: u32,
-    /// Keeps the memory mapped when registered through `reg_region`.
-    _keep: Option<Arc<Region>>,
-}
-
-/// What registering remotely accessible memory needs to export its region.
-struct ExportReq {
-    fd: OwnedFd,
-    len: u64,
-    page_size: u64,
-    region_id: u64,
-    offset: u64,
-    keep: Option<Arc<Region>>,
+/// An exported registration.
+struct Export {
+    share: Arc<Share>,
+    desc: RegionDesc,
 }
 
 struct PdState {
     gens: Vec<u32>,
     free: Vec<u32>,
-    exports: Vec<Export>,
-    export_by_region: HashMap<u64, u32>,
-    conns: Vec<Weak<Link>>,
+    exports: Vec<Option<Export>>,
+    /// Links of the connections whose queue pairs belong to this domain.
+    links: Vec<Weak<Link>>,
     mr_seq: u64,
 }
 
@@ -115,24 +96,21 @@ impl PdInner {
         Some(addr as *mut u8)
     }
 
-    /// Snapshot of the exports and registration of `conn` for future announcements; used
-    /// when describing ourselves to a new peer. Returns the region list and duplicated fds.
+    /// Adds the link of a new connection of this domain, and returns the exports to
+    /// describe to its peer (with duplicated descriptors). Later exports are announced
+    /// over the link.
     pub(crate) fn exports_for_new_conn(
         &self,
-        conn: &Arc<Link>,
+        link: &Arc<Link>,
     ) -> Result<(Vec<RegionDesc>, Vec<OwnedFd>)> {
         let mut st = lock(&self.state);
-        st.conns.retain(|w| w.strong_count() > 0);
-        st.conns.push(Arc::downgrade(conn));
-        let mut descs = Vec::with_capacity(st.exports.len());
-        let mut fds = Vec::with_capacity(st.exports.len());
-        for (slot, e) in st.exports.iter().enumerate() {
-            descs.push(RegionDesc {
-                slot: slot as u32,
-                len: e.len,
-                page_size: e.page_size,
-            });
-            fds.push(e.fd.try_clone().map_err(|e| FabricError::Io {
+        st.links.retain(|w| w.strong_count() > 0);
+        st.links.push(Arc::downgrade(link));
+        let mut descs = Vec::new();
+        let mut fds = Vec::new();
+        for e in st.exports.iter().flatten() {
+            descs.push(e.desc);
+            fds.push(e.share.fd.try_clone().map_err(|e| FabricError::Io {
                 op: "duplicating a region descriptor",
                 source: e,
             })?);
@@ -140,31 +118,32 @@ impl PdInner {
         Ok((descs, fds))
     }
 
+    /// Writes a key entry; with `export`, also exports the registration's pages to the
+    /// peers of this domain (waiting until each has mapped them, so a key handed out
+    /// afterwards works at once on their side). Returns (key index, key, export slot).
     fn register(
-        self: &Arc<Self>,
+        &self,
         addr: u64,
         len: usize,
         access: Access,
-        export: Option<ExportReq>,
-    ) -> Result<(u32, u32)> {
+        export: Option<(Arc<Share>, usize)>,
+    ) -> Result<(u32, u32, Option<u32>)> {
         let mut st = lock(&self.state);
-        let (region_slot, region_off) = match export {
-            None => (u32::MAX, 0),
-            Some(x) => {
-                let slot = match st.export_by_region.get(&x.region_id) {
-                    Some(&s) => s,
-                    None => {
-                        self.export_locked(&mut st, x.fd, x.len, x.page_size, x.region_id, x.keep)?
-                    }
-                };
-                (slot, x.offset)
-            }
-        };
         let idx = st.free.pop().ok_or(FabricError::Exhausted {
             what: "memory regions in this protection domain",
             limit: KEY_SLOTS as u64,
             hint: "register fewer, larger regions (e.g. one per mempool)",
         })?;
+        let (region_slot, region_off) = match export {
+            None => (u32::MAX, 0),
+            Some((share, off)) => match self.export_locked(&mut st, share) {
+                Ok(slot) => (slot, off as u64),
+                Err(e) => {
+                    st.free.push(idx);
+                    return Err(e);
+                }
+            },
+        };
         let g = &mut st.gens[idx as usize];
         *g = (*g + 1) & 0xF_FFFF;
         if *g == 0 {
@@ -182,65 +161,67 @@ impl PdInner {
                 region_off,
             },
         );
-        Ok((idx, key))
+        let slot = (region_slot != u32::MAX).then_some(region_slot);
+        Ok((idx, key, slot))
     }
 
-    fn export_locked(
-        &self,
-        st: &mut PdState,
-        fd: OwnedFd,
-        len: u64,
-        page_size: u64,
-        region_id: u64,
-        keep: Option<Arc<Region>>,
-    ) -> Result<u32> {
-        if st.exports.len() >= MAX_EXPORTS {
-            return Err(FabricError::Exhausted {
-                what: "exported regions in this protection domain",
-                limit: MAX_EXPORTS as u64,
-                hint: "carve remotely accessible buffers from fewer, larger regions",
-            });
-        }
-        let slot = st.exports.len() as u32;
-        let page_size = u32::try_from(page_size).unwrap_or(u32::MAX);
-        st.exports.push(Export {
-            fd,
-            len,
-            page_size,
-            _keep: keep,
-        });
-        st.export_by_region.insert(region_id, slot);
-        // Tell every connected peer, and wait until each has mapped the region, so a key
-        // we hand out afterwards works at once on their side.
+    fn export_locked(&self, st: &mut PdState, share: Arc<Share>) -> Result<u32> {
+        let slot = match st.exports.iter().position(Option::is_none) {
+            Some(i) => i,
+            None if st.exports.len() < MAX_EXPORTS => {
+                st.exports.push(None);
+                st.exports.len() - 1
+            }
+            None => {
+                return Err(FabricError::Exhausted {
+                    what: "remotely accessible registrations in this protection domain",
+                    limit: MAX_EXPORTS as u64,
+                    hint: "register fewer, larger remotely accessible buffers, or use more \
+                           protection domains",
+                });
+            }
+        } as u32;
+        let desc = RegionDesc {
+            slot,
+            len: share.len as u64,
+            page_size: u32::try_from(share.page).unwrap_or(u32::MAX),
+            writable: share.writable,
+        };
         st.mr_seq += 1;
         let seq = st.mr_seq;
-        let msg = Msg::MrAdd {
-            seq,
-            region: RegionDesc {
-                slot,
-                len,
-                page_size,
-            },
-        };
-        let conns: Vec<Arc<Link>> = st.conns.iter().filter_map(Weak::upgrade).collect();
-        let fd = st.exports[slot as usize].fd.as_fd();
+        let msg = Msg::MrAdd { seq, region: desc };
+        let links: Vec<Arc<Link>> = st.links.iter().filter_map(Weak::upgrade).collect();
         let mut sent = Vec::new();
-        for c in &conns {
-            if c.announce(&msg, fd).is_ok() {
-                sent.push(c);
+        for l in &links {
+            if l.announce(&msg, share.fd.as_fd()).is_ok() {
+                sent.push(l);
             }
         }
-        for c in sent {
+        st.exports[slot as usize] = Some(Export { share, desc });
+        for l in sent {
             // A peer that does not answer is dead or wedged; its connection will fail on
             // its own, so do not fail the registration for it.
-            let _ = c.wait_mr_ack(seq, Duration::from_secs(2));
+            let _ = l.wait_mr_ack(seq, Duration::from_secs(2));
         }
         Ok(slot)
     }
 
-    fn deregister(&self, idx: u32) {
+    /// Revokes key `idx` and withdraws its export. Peers are told to unmap it; none is
+    /// waited for: the pages stop being the exported memfd when the caller drops its share.
+    fn deregister(&self, idx: u32, export: Option<u32>) {
         self.kt().revoke(idx as usize);
-        lock(&self.state).free.push(idx);
+        let mut st = lock(&self.state);
+        st.free.push(idx);
+        if let Some(slot) = export
+            && let Some(e) = st.exports.get_mut(slot as usize).and_then(Option::take)
+        {
+            let msg = Msg::MrDel { slot };
+            st.links.retain(|w| w.strong_count() > 0);
+            for l in st.links.iter().filter_map(Weak::upgrade) {
+                let _ = l.send(&msg, &[]);
+            }
+            drop(e);
+        }
     }
 }
 
@@ -263,6 +244,11 @@ impl ShmPd {
         // SAFETY: the fresh segment is zeroed, page aligned and big enough; nobody else has
         // it yet.
         unsafe { (*kt_seg.as_ptr().cast::<KeyTable>()).init(dev.ctx_id) };
+        // Peers only read the key table: from now on they can map it read-only only.
+        kt_seg.seal_future_write().map_err(|e| FabricError::Io {
+            op: "sealing the key table against peers' writes",
+            source: std::io::Error::other(e),
+        })?;
         let free = (0..KEY_SLOTS as u32).rev().collect();
         Ok(Self {
             inner: Arc::new(PdInner {
@@ -273,8 +259,7 @@ impl ShmPd {
                     gens: vec![0; KEY_SLOTS],
                     free,
                     exports: Vec::new(),
-                    export_by_region: HashMap::new(),
-                    conns: Vec::new(),
+                    links: Vec::new(),
                     mr_seq: 0,
                 }),
             }),
@@ -302,28 +287,23 @@ fn check_access(addr: u64, len: usize, access: Access) -> Result<()> {
     Ok(())
 }
 
-fn in_place_failed(addr: u64, len: usize, access: Access, why: String) -> FabricError {
+fn share_failed(addr: u64, len: usize, access: Access, why: String) -> FabricError {
     FabricError::Registration {
         addr,
         len: len as u64,
         access: format!("{access:?}"),
         why: format!(
-            "the memory is not in a shareable region and could not be shared in place: {why}; \
-             allocate it from a shareable mempool region (RegionConfig::shareable(true)), or \
-             from private anonymous memory (malloc, mmap MAP_PRIVATE|MAP_ANONYMOUS)"
+            "the shm provider gives remotely accessible memory a shared memory file of its \
+             own and could not do so here: {why}; register memory of a mempool region or \
+             private anonymous memory (malloc, mmap MAP_PRIVATE|MAP_ANONYMOUS), in pages no \
+             other remote registration touches"
         ),
     }
 }
 
-fn not_shareable(addr: u64, len: usize, access: Access) -> FabricError {
-    FabricError::Registration {
-        addr,
-        len: len as u64,
-        access: format!("{access:?}"),
-        why: "the shm provider exposes memory to peers only from shareable mempool regions; \
-              allocate it with RegionConfig::shareable(true) (or from a shareable pool)"
-            .into(),
-    }
+/// Whether peers must be able to write the pages of a registration with `access`.
+fn peer_writes(access: Access) -> bool {
+    access.contains(Access::REMOTE_WRITE)
 }
 
 impl ProtectionDomain for ShmPd {
@@ -349,87 +329,55 @@ impl ProtectionDomain for ShmPd {
                 ),
             });
         }
-        let export = if access.is_remote() {
-            let h = region
-                .share_handle()
-                .ok_or_else(|| not_shareable(addr, len, access))?;
-            let fd = h.fd.try_clone_to_owned().map_err(|e| FabricError::Io {
-                op: "duplicating a region descriptor",
-                source: e,
-            })?;
-            Some(ExportReq {
-                fd,
-                len: h.len as u64,
-                page_size: h.page_size as u64,
-                region_id: region.id(),
-                offset: offset as u64,
-                keep: Some(region.clone()),
-            })
+        let share = if access.is_remote() {
+            Some(
+                share::share_region(region, offset, len, peer_writes(access))
+                    .map_err(|why| share_failed(addr, len, access, why))?,
+            )
         } else {
             None
         };
-        let (idx, key) = self.inner.register(addr, len, access, export)?;
-        Ok(ShmMr {
-            pd: self.inner.clone(),
-            idx,
-            key,
-            addr,
-            len,
-            access,
-            _keep: Some(region.clone()),
-            _share: None,
-        })
+        self.finish(addr, len, access, share, Some(region.clone()))
     }
 
     unsafe fn reg_raw(&self, addr: *mut u8, len: usize, access: Access) -> Result<ShmMr> {
         let a = addr as u64;
         check_access(a, len, access)?;
-        let mut share = None;
-        let export = if access.is_remote() {
-            match registry::find(addr as usize, len.max(1)) {
-                Some(r) => Some(ExportReq {
-                    fd: r.fd,
-                    len: r.region_len as u64,
-                    page_size: r.page_size as u64,
-                    region_id: r.region_id,
-                    offset: r.offset as u64,
-                    keep: None,
-                }),
-                None => {
-                    // Not in a shareable region: share the pages in place. The caller's
-                    // contract (mapped, readable, writable while registered) is what
-                    // `inplace::share` needs.
-                    let (s, offset) = inplace::share(addr as usize, len)
-                        .map_err(|why| in_place_failed(a, len, access, why))?;
-                    let fd = s.fd.try_clone().map_err(|e| FabricError::Io {
-                        op: "duplicating an in-place shared memory descriptor",
-                        source: e,
-                    })?;
-                    let export = ExportReq {
-                        fd,
-                        len: s.len as u64,
-                        page_size: inplace::page_size() as u64,
-                        region_id: s.id,
-                        offset: offset as u64,
-                        keep: None,
-                    };
-                    share = Some(s);
-                    Some(export)
-                }
-            }
+        let share = if access.is_remote() {
+            // The caller's contract (mapped, readable, writable while registered) is what
+            // sharing the pages in place needs.
+            Some(
+                share::share_raw(addr as usize, len, peer_writes(access))
+                    .map_err(|why| share_failed(a, len, access, why))?,
+            )
         } else {
             None
         };
-        let (idx, key) = self.inner.register(a, len, access, export)?;
+        self.finish(a, len, access, share, None)
+    }
+}
+
+impl ShmPd {
+    fn finish(
+        &self,
+        addr: u64,
+        len: usize,
+        access: Access,
+        share: Option<(Arc<Share>, usize)>,
+        keep: Option<Arc<Region>>,
+    ) -> Result<ShmMr> {
+        let mine = share.as_ref().map(|(s, _)| s.clone());
+        let (idx, key, export) = self.inner.register(addr, len, access, share)?;
         Ok(ShmMr {
             pd: self.inner.clone(),
             idx,
             key,
-            addr: a,
+            export,
+            addr,
             len,
             access,
-            _keep: None,
-            _share: share,
+            share: mine,
+            keep,
         })
     }
 }
@@ -439,13 +387,15 @@ pub struct ShmMr {
     pd: Arc<PdInner>,
     idx: u32,
     key: u32,
+    /// Export slot, for registrations with a remote right.
+    export: Option<u32>,
     addr: u64,
     len: usize,
     access: Access,
-    _keep: Option<Arc<Region>>,
-    /// Pages shared in place for this registration: while any registration holds them,
-    /// their range is never converted again (which would detach it from this export).
-    _share: Option<Arc<inplace::Share>>,
+    /// The pages' own memfd while the registration lives (remote rights only).
+    share: Option<Arc<Share>>,
+    /// The region registered through `reg_region`, kept mapped while registered.
+    keep: Option<Arc<Region>>,
 }
 
 impl core::fmt::Debug for ShmMr {
@@ -461,7 +411,16 @@ impl core::fmt::Debug for ShmMr {
 
 impl Drop for ShmMr {
     fn drop(&mut self) {
-        self.pd.deregister(self.idx);
+        if let (Some(s), Some(r)) = (&self.share, &self.keep)
+            && Arc::strong_count(r) == 1
+        {
+            // This registration holds the last reference to the region: its memory is
+            // unmapped with it, there is nothing to give back.
+            s.skip_restore();
+        }
+        self.pd.deregister(self.idx, self.export);
+        // Dropping the last reference to the share gives the pages their memory back.
+        self.share = None;
     }
 }
 
@@ -488,7 +447,7 @@ mod tests {
     use std::net::{IpAddr, Ipv4Addr};
 
     use crate::Shm;
-    use crate::inplace::tests::Anon;
+    use crate::share::tests::Anon;
     use crate::{ShmConfig, ShmDevice};
     use dp_fabric::conformance::{self, Env};
     use dp_fabric::{

@@ -33,10 +33,10 @@ use mempool::ring::{Consumer, Multi, Producer, Ring, Single};
 use crate::MAX_SGE;
 use crate::core::DevCore;
 use crate::cq_shared::CqShared;
-use crate::layout::{Doorbell, Inbound, QpSegLayout, QpSegView, inbound_kind};
+use crate::layout::{Doorbell, Inbound, QpSegLayout, QpSegView, Reserve, inbound_kind};
 use crate::pd::PdInner;
 use crate::place::place;
-use crate::remote::RemotePd;
+use crate::remote::{PeerExport, PeerExports, RemoteKt};
 use dp_fabric::error::{FabricError, PostError, PostErrorKind, Result};
 use dp_fabric::sync::SpinLock;
 use dp_fabric::traits::ConnId;
@@ -85,7 +85,8 @@ pub(crate) struct Peer {
     pub view: QpSegView,
     pub db_seg: Arc<Region>,
     pub db_slot: u32,
-    pub rpd: Arc<RemotePd>,
+    /// The peer's key table.
+    pub kt: RemoteKt,
 }
 
 impl Peer {
@@ -129,6 +130,9 @@ pub(crate) struct SendState {
     rnr_counted: bool,
     cq_tx: Producer<Completion, Multi>,
     progress_tx: Producer<u32, Multi>,
+    /// What the peer exported to this connection, mapped here. Changed only under the send
+    /// lock, so no request uses an export while it is being unmapped.
+    exports: PeerExports,
 }
 
 pub(crate) struct QpCore {
@@ -316,6 +320,35 @@ impl QpCore {
         true
     }
 
+    /// Installs the peer (once, when the connection is established) with the exports it
+    /// described.
+    pub(crate) fn install_peer(&self, peer: Peer, exports: Vec<(u32, PeerExport)>) -> Result<()> {
+        let mut st = self.send.lock();
+        for (slot, e) in exports {
+            st.exports.add(slot, e)?;
+        }
+        drop(st);
+        self.peer
+            .set(peer)
+            .map_err(|_| FabricError::BadState("the peer of this queue pair is set already"))
+    }
+
+    /// The peer exported another registration to this connection.
+    pub(crate) fn add_export(&self, slot: u32, e: PeerExport) -> Result<()> {
+        self.send.lock().exports.add(slot, e)
+    }
+
+    /// The peer withdrew an export. Taking the send lock waits for a request that is using
+    /// it; the peer revoked its key first, so later requests cannot translate into it.
+    pub(crate) fn remove_export(&self, slot: u32) {
+        let gone = {
+            let mut st = self.send.lock();
+            st.exports.remove(slot)
+        };
+        // Unmapped here, outside the lock.
+        drop(gone);
+    }
+
     /// Executes one request now, or says it must wait.
     fn exec(&self, st: &mut SendState, op: SendOp, src: Src<'_>) -> Outcome {
         if self.state() == QpState::Error {
@@ -347,7 +380,7 @@ impl QpCore {
         }
         match op {
             SendOp::Write(r) => {
-                match self.remote(peer, r.rkey, r.addr, len, Access::REMOTE_WRITE) {
+                match self.remote(st, peer, r.rkey, r.addr, len, Access::REMOTE_WRITE) {
                     Some(dst) => {
                         gather(&src, dst);
                         Outcome::Done(WcStatus::Success, len as u32)
@@ -355,21 +388,23 @@ impl QpCore {
                     None => Outcome::Done(WcStatus::RemAccessErr, 0),
                 }
             }
-            SendOp::Read(r) => match self.remote(peer, r.rkey, r.addr, len, Access::REMOTE_READ) {
-                Some(from) => {
-                    if let Src::Sgl(sgl) = src {
-                        scatter(sgl, from, len);
+            SendOp::Read(r) => {
+                match self.remote(st, peer, r.rkey, r.addr, len, Access::REMOTE_READ) {
+                    Some(from) => {
+                        if let Src::Sgl(sgl) = src {
+                            scatter(sgl, from, len);
+                        }
+                        Outcome::Done(WcStatus::Success, len as u32)
                     }
-                    Outcome::Done(WcStatus::Success, len as u32)
+                    None => Outcome::Done(WcStatus::RemAccessErr, 0),
                 }
-                None => Outcome::Done(WcStatus::RemAccessErr, 0),
-            },
+            }
             SendOp::WriteImm(r, imm) => {
                 if !self.take_credit(st, peer) {
                     return Outcome::Blocked;
                 }
                 if len > 0 {
-                    match self.remote(peer, r.rkey, r.addr, len, Access::REMOTE_WRITE) {
+                    match self.remote(st, peer, r.rkey, r.addr, len, Access::REMOTE_WRITE) {
                         Some(dst) => gather(&src, dst),
                         None => return Outcome::Done(WcStatus::RemAccessErr, 0),
                     }
@@ -406,8 +441,12 @@ impl QpCore {
                     );
                     return Outcome::Done(WcStatus::RemInvReqErr, 0);
                 }
-                let Some(start) = peer.view.bounce_reserve(st.bounce_head, len as u32) else {
-                    return Outcome::Blocked;
+                let start = match peer.view.bounce_reserve(st.bounce_head, len as u32) {
+                    Reserve::At(s) => s,
+                    Reserve::Full => return Outcome::Blocked,
+                    // The peer claims to have released bytes we never sent: its segment is
+                    // corrupt. Fail the request (and with it the connection).
+                    Reserve::Bad => return Outcome::Done(WcStatus::RemOpErr, 0),
                 };
                 gather(&src, peer.view.bounce_ptr(start));
                 st.bounce_head = start + len;
@@ -460,12 +499,20 @@ impl QpCore {
         peer.doorbell().ring(peer.db_slot);
     }
 
-    fn remote(&self, peer: &Peer, rkey: u32, addr: u64, len: u64, need: Access) -> Option<*mut u8> {
+    fn remote(
+        &self,
+        st: &SendState,
+        peer: &Peer,
+        rkey: u32,
+        addr: u64,
+        len: u64,
+        need: Access,
+    ) -> Option<*mut u8> {
         if len == 0 {
             // A zero-length access checks nothing on hardware either.
             return Some(ptr::null_mut());
         }
-        let p = peer.rpd.translate(rkey, addr, len, need);
+        let p = st.exports.translate(&peer.kt, rkey, addr, len, need);
         if p.is_none() {
             // The responder detects the violation and moves its queue pair to error too.
             // Release: pairs with the Acquire in the peer's fault check.
@@ -507,13 +554,13 @@ impl QpCore {
                 // Relaxed: statistics.
                 self.dev
                     .stats
-                    .malformed_cm_msgs
+                    .peer_violations
                     .fetch_add(1, Ordering::Relaxed);
                 self.set_error();
                 break;
             };
             rs.next_in += 1;
-            out[n] = self.land(&m, &w);
+            out[n] = self.land(&m, &w, &mut rs.bounce_tail);
             if !out[n].is_ok() {
                 self.set_error();
             }
@@ -543,7 +590,11 @@ impl QpCore {
         (n, more)
     }
 
-    fn land(&self, m: &Inbound, w: &RecvWqe) -> Completion {
+    /// Lands inbound message `m` in receive `w`. Everything in `m` was written by the peer:
+    /// a SEND's payload must lie in the bounce area, start at or after what we released last
+    /// and end within one lap of it, or the message is a protocol violation (counted, and
+    /// the queue pair goes to the error state), never a read outside our segment.
+    fn land(&self, m: &Inbound, w: &RecvWqe, bounce_tail: &mut u64) -> Completion {
         let mut c = Completion {
             wr_id: w.wr_id,
             status: WcStatus::Success,
@@ -556,8 +607,9 @@ impl QpCore {
         match m.kind {
             inbound_kind::WRITE_IMM => c.opcode = WcOpcode::RecvRdmaWithImm,
             inbound_kind::SEND | inbound_kind::SEND_IMM => {
-                let start = m.bounce_end.wrapping_sub(u64::from(m.len));
-                let src = self.view.bounce_ptr(start);
+                let Some(src) = self.view.bounce_payload(*bounce_tail, m.bounce_end, m.len) else {
+                    return self.violation(c);
+                };
                 let mut left = m.len;
                 let mut at = src;
                 let mut ok = m.len <= w.total;
@@ -589,22 +641,33 @@ impl QpCore {
                 if m.len > w.total {
                     c.status = WcStatus::LocLenErr;
                 }
+                *bounce_tail = m.bounce_end;
                 self.view.bounce_release(m.bounce_end);
             }
             inbound_kind::LEN_ERR => c.status = WcStatus::LocLenErr,
-            _ => {
-                // Relaxed: statistics.
-                self.dev
-                    .stats
-                    .malformed_cm_msgs
-                    .fetch_add(1, Ordering::Relaxed);
-                c.status = WcStatus::LocQpOpErr;
-            }
+            _ => return self.violation(c),
         }
         if !c.is_ok() {
             c.byte_len = 0;
             c.imm = None;
         }
+        c
+    }
+}
+
+impl QpCore {
+    /// The peer broke the protocol in an inbound message: count it and fail the receive
+    /// (which moves the queue pair to the error state).
+    #[cold]
+    fn violation(&self, mut c: Completion) -> Completion {
+        // Relaxed: statistics.
+        self.dev
+            .stats
+            .peer_violations
+            .fetch_add(1, Ordering::Relaxed);
+        c.status = WcStatus::LocQpOpErr;
+        c.byte_len = 0;
+        c.imm = None;
         c
     }
 }
@@ -660,6 +723,8 @@ fn scatter(sgl: &[Sge], src: *const u8, len: u64) {
 pub(crate) struct RecvSide {
     pub rq: Consumer<RecvWqe, Single>,
     pub next_in: u64,
+    /// Bounce bytes released so far: where the next SEND payload may start.
+    pub bounce_tail: u64,
 }
 
 /// Clamps requested capacities to what the device supports.
@@ -745,6 +810,7 @@ impl QpCore {
                 rnr_counted: false,
                 cq_tx,
                 progress_tx,
+                exports: PeerExports::new(),
             }),
             recv_consumed: AtomicU64::new(0),
             send_attn: AtomicBool::new(false),
@@ -754,6 +820,7 @@ impl QpCore {
         let recv = RecvSide {
             rq: rq_rx,
             next_in: 0,
+            bounce_tail: 0,
         };
         Ok((core, rq_tx, recv))
     }

@@ -1,86 +1,138 @@
-//! A peer's protection domain as this process sees it: its key table and the regions it
-//! exported, mapped here, shared by every connection to it. Every remote access re-reads
+//! A peer's protection domain as one connection sees it: the peer's key table, mapped
+//! read-only, and the registrations the peer exported to this connection, each mapped from
+//! the memfd it sent (writable only if it granted a remote write right).
+//!
+//! Everything here was written by the peer and is checked before use: the key table's
+//! entries (a key, its rights, its range and its export slot) are only numbers, and a
+//! remote access is allowed only if they name an export mapped here, the access lies
+//! inside that mapping, and a write goes to a writable mapping. Every remote access re-reads
 //! the owner's key entry, so revocation takes effect immediately.
 
 use std::os::fd::OwnedFd;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use mempool::memory::Region;
 
-use crate::layout::{KeyTable, SegKind};
+use crate::layout::{KeySnap, KeyTable, SegKind};
 use crate::msg::{MAX_REGIONS, RegionDesc};
-use crate::seg::map_segment;
+use crate::seg::{map_segment, map_segment_read_only};
 use dp_fabric::error::{FabricError, Result};
 use dp_fabric::types::Access;
 
-/// A peer protection domain as this process sees it: its key table and the regions it
-/// exported, mapped here.
-pub(crate) struct RemotePd {
-    pub kt_seg: Arc<Region>,
-    regions: Box<[OnceLock<Arc<Region>>]>,
+/// A peer's key table, mapped read-only.
+pub(crate) struct RemoteKt {
+    kt_seg: Arc<Region>,
 }
 
-// SAFETY: the key table is reached through atomics only; regions are Arc'd mappings.
-unsafe impl Send for RemotePd {}
+// SAFETY: the key table is reached through atomics only; the mapping is Arc'd.
+unsafe impl Send for RemoteKt {}
 // SAFETY: as above.
-unsafe impl Sync for RemotePd {}
+unsafe impl Sync for RemoteKt {}
 
-impl RemotePd {
-    /// Maps a peer protection domain's key table (validated), with no region mapped yet.
-    pub(crate) fn map(kt_fd: OwnedFd, kt_len: u64) -> Result<Arc<Self>> {
-        let kt_seg = map_segment(kt_fd, kt_len, 4096, "peer-keytable")?;
+impl RemoteKt {
+    /// Maps and validates a peer's key table.
+    pub(crate) fn map(kt_fd: OwnedFd, kt_len: u64) -> Result<Self> {
+        let kt_seg = map_segment_read_only(kt_fd, kt_len, 4096, "peer-keytable")?;
         if kt_seg.len() < size_of::<KeyTable>() {
             return Err(FabricError::Protocol("peer key table too small"));
         }
-        // SAFETY: mapped, page aligned, at least one KeyTable long (checked above).
+        // SAFETY: mapped, page aligned, at least one KeyTable long (checked above); only
+        // read (through atomics).
         let kt = unsafe { &*kt_seg.as_ptr().cast::<KeyTable>() };
         kt.hdr
             .check(SegKind::KeyTable, kt_seg.len())
             .map_err(FabricError::Protocol)?;
-        let regions = (0..MAX_REGIONS).map(|_| OnceLock::new()).collect();
-        Ok(Arc::new(Self { kt_seg, regions }))
-    }
-
-    /// Maps export `desc` unless it is mapped already.
-    pub(crate) fn add_region(&self, desc: &RegionDesc, fd: OwnedFd) -> Result<()> {
-        let cell = self
-            .regions
-            .get(desc.slot as usize)
-            .ok_or(FabricError::Protocol("peer region slot out of range"))?;
-        if cell.get().is_some() {
-            return Ok(());
-        }
-        let r = map_segment(fd, desc.len, u64::from(desc.page_size), "peer-region")?;
-        let _ = cell.set(r);
-        Ok(())
+        Ok(Self { kt_seg })
     }
 
     #[inline]
     fn kt(&self) -> &KeyTable {
-        // SAFETY: validated in get_or_map; kt_seg lives as long as self.
+        // SAFETY: validated in map; kt_seg lives as long as self.
         unsafe { &*self.kt_seg.as_ptr().cast::<KeyTable>() }
     }
 
-    /// Translates a peer address range into a pointer in our mapping of its region, if the
-    /// key is valid, covers the range and grants `need`.
+    /// The peer's current entry for `rkey`, if any.
+    #[inline]
+    pub(crate) fn lookup(&self, rkey: u32) -> Option<KeySnap> {
+        self.kt().lookup(rkey)
+    }
+}
+
+/// One registration a peer exported to this connection, mapped here.
+pub(crate) struct PeerExport {
+    map: Arc<Region>,
+    writable: bool,
+}
+
+impl PeerExport {
+    /// Maps an export from its description and memfd.
+    pub(crate) fn map(desc: &RegionDesc, fd: OwnedFd) -> Result<Self> {
+        let page = u64::from(desc.page_size);
+        let map = if desc.writable {
+            map_segment(fd, desc.len, page, "peer-region")?
+        } else {
+            map_segment_read_only(fd, desc.len, page, "peer-region")?
+        };
+        Ok(Self {
+            map,
+            writable: desc.writable,
+        })
+    }
+}
+
+/// The exports of one connection's peer, by slot.
+pub(crate) struct PeerExports {
+    slots: Vec<Option<PeerExport>>,
+}
+
+impl PeerExports {
+    pub(crate) const fn new() -> Self {
+        Self { slots: Vec::new() }
+    }
+
+    /// Installs export `slot` (replacing one the peer withdrew without telling us).
+    pub(crate) fn add(&mut self, slot: u32, e: PeerExport) -> Result<()> {
+        let i = slot as usize;
+        if i >= MAX_REGIONS {
+            return Err(FabricError::Protocol("peer export slot out of range"));
+        }
+        if self.slots.len() <= i {
+            self.slots.resize_with(i + 1, || None);
+        }
+        self.slots[i] = Some(e);
+        Ok(())
+    }
+
+    /// Takes export `slot` out (the caller unmaps it by dropping it).
+    pub(crate) fn remove(&mut self, slot: u32) -> Option<PeerExport> {
+        self.slots.get_mut(slot as usize).and_then(Option::take)
+    }
+
+    /// Translates a peer address range into a pointer in our mapping of its export, if
+    /// the key is valid, covers the range, grants `need`, and names an export mapped here
+    /// that holds the range (writable, for `need` with a write right).
     #[inline]
     pub(crate) fn translate(
         &self,
+        kt: &RemoteKt,
         rkey: u32,
         addr: u64,
         len: u64,
         need: Access,
     ) -> Option<*mut u8> {
-        let s = self.kt().lookup(rkey)?;
+        let s = kt.lookup(rkey)?;
         if s.access & need.bits() != need.bits() || !s.covers(addr, len) {
             return None;
         }
-        let region = self.regions.get(s.region_slot as usize)?.get()?;
-        let off = s.region_off.checked_add(addr - s.base)?;
-        if off.checked_add(len)? > region.len() as u64 {
+        let e = self.slots.get(s.region_slot as usize)?.as_ref()?;
+        if need.contains(Access::REMOTE_WRITE) && !e.writable {
             return None;
         }
-        // SAFETY: off + len <= region.len(), so the pointer stays inside the mapping.
-        Some(unsafe { region.as_ptr().add(off as usize) })
+        let off = s.region_off.checked_add(addr.checked_sub(s.base)?)?;
+        if off.checked_add(len)? > e.map.len() as u64 {
+            return None;
+        }
+        // SAFETY: off + len <= map.len(), so the pointer stays inside the mapping.
+        Some(unsafe { e.map.as_ptr().add(off as usize) })
     }
 }

@@ -4,7 +4,7 @@
 //! normal pages). Segments we create start zeroed; segments a peer hands us are mapped from
 //! the descriptor it sent, at the length it announced.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 
 use mempool::memory::{Region, RegionConfig};
@@ -27,11 +27,50 @@ pub(crate) fn new_segment(ctx_id: u32, what: &str, len: usize) -> Result<Arc<Reg
     Ok(Arc::new(r))
 }
 
-/// Maps a peer's segment of `len` bytes (`page`: its page size).
+/// Maps a peer's segment of `len` bytes (`page`: its page size), read-write. The memfd
+/// must be exactly `len` bytes and sealed against shrinking (mempool checks both), so the
+/// peer cannot truncate it under our mapping.
 pub(crate) fn map_segment(fd: OwnedFd, len: u64, page: u64, what: &str) -> Result<Arc<Region>> {
+    map(fd, len, page, what, true)
+}
+
+/// As [`map_segment`], read-only: for what the peer maintains and we only read.
+pub(crate) fn map_segment_read_only(
+    fd: OwnedFd,
+    len: u64,
+    page: u64,
+    what: &str,
+) -> Result<Arc<Region>> {
+    map(fd, len, page, what, false)
+}
+
+fn map(fd: OwnedFd, len: u64, page: u64, what: &str, writable: bool) -> Result<Arc<Region>> {
+    // Mapping pre-faults every page. A memfd with holes would make that allocate memory
+    // on the peer's behalf: map only memfds whose pages all exist already (ours are
+    // allocated when created).
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat writes one stat into the buffer we own; the descriptor is live.
+    if unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+        return Err(FabricError::Protocol(
+            "peer segment descriptor is not a file",
+        ));
+    }
+    // SAFETY: fstat succeeded, so it initialised the buffer.
+    let st = unsafe { st.assume_init() };
+    let allocated = u64::try_from(st.st_blocks).unwrap_or(0).saturating_mul(512);
+    if allocated < len {
+        return Err(FabricError::Protocol(
+            "peer segment is not fully allocated (a sparse memfd)",
+        ));
+    }
     let len = usize::try_from(len).map_err(|_| FabricError::Protocol("segment too large"))?;
     let page = usize::try_from(page).map_err(|_| FabricError::Protocol("bad page size"))?;
-    let r = Region::from_shared_quiet(fd, len, page, what).map_err(|e| FabricError::Io {
+    let r = if writable {
+        Region::from_shared_quiet(fd, len, page, what)
+    } else {
+        Region::from_shared_read_only_quiet(fd, len, page, what)
+    };
+    let r = r.map_err(|e| FabricError::Io {
         op: "mapping a peer segment",
         source: std::io::Error::other(e),
     })?;

@@ -13,7 +13,7 @@ use mempool::ring::{Producer, Single};
 use crate::core::{DevCore, UdExport};
 use crate::cq::{CqOps, SlotEntry};
 use crate::dgram::UdCore;
-use crate::layout::{Doorbell, SegKind, UD_MTU, UdMsg, UdSegView};
+use crate::layout::{Doorbell, SegKind, UD_MAX_SLOTS, UD_MTU, UdMsg, UdSegView, ud_seg_len};
 use crate::msg::{MAX_MSG, Msg};
 use crate::rc::RecvWqe;
 use crate::seg::map_segment;
@@ -277,6 +277,13 @@ impl ShmUdDest {
             ));
         }
         let _ = their_qkey; // Datagrams carry the sender's Q_Key; the receiver checks it.
+        if seg_len > ud_seg_len(UD_MAX_SLOTS) as u64
+            || cq_seg_len != size_of::<Doorbell>().next_multiple_of(4096) as u64
+        {
+            return Err(FabricError::Protocol(
+                "UD resolve answer announces impossible segment sizes",
+            ));
+        }
         let db_fd = fds.pop().ok_or(FabricError::Protocol("missing doorbell"))?;
         let seg_fd = fds.pop().ok_or(FabricError::Protocol("missing segment"))?;
         let seg = map_segment(seg_fd, seg_len, 4096, "peer-ud")?;
