@@ -81,8 +81,9 @@
 //! # Threads
 //!
 //! Data-path calls take `&mut self`: a socket belongs to one thread or lcore at a time (it
-//! is `Send`), as a DPDK queue does, and nothing on its fast path takes a lock. The
-//! context's lock is taken only to create queue pairs and resolve address handles.
+//! is `Send`), as a DPDK queue does, and nothing on its fast path takes a lock. Creating
+//! queue pairs and resolving address handles use the context's device and protection
+//! domain, which take no lock (see the locking section of the [`ctx`](crate::ctx) docs).
 
 mod progress;
 mod qp;

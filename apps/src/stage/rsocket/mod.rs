@@ -28,7 +28,7 @@ use crate::payload::Payloads;
 use crate::stats::StageStats;
 
 /// The rsocket contexts of a process: one per lcore and side (servers, clients), shared by
-/// the stages of that side on that lcore. A context is one lock, one connection-manager
+/// the stages of that side on that lcore. A context is one data lock, one connection-manager
 /// thread and one registered buffer arena, so sharing keeps a fanout to many clients from
 /// multiplying them, while stages on different lcores never contend for a lock.
 pub(crate) struct Contexts {

@@ -5,15 +5,54 @@
 //! and every socket made from it. Sockets are named by [`SockId`], like file descriptors;
 //! [`RsStream`](super::RsStream) and [`RsListener`](super::RsListener) wrap them for Rust
 //! callers, and the C library uses the ids directly. Each stream socket has its own queue
-//! pair and completion queue, as in librdmacm; nothing runs in the background: credits,
-//! completions and connection events are processed when the application calls in.
+//! pair and completion queue, as in librdmacm. Data-path work (completions, credits,
+//! keepalives) is done when the application calls in; connection events are processed by
+//! the context's CM thread, which accepts connections in the background as librdmacm's
+//! listen service thread does.
 //!
-//! A context is `Send + Sync` (an `Arc` of a spin lock inside: uncontended except by its CM thread); for parallelism use one context
-//! per thread or lcore, as DPDK applications use one queue per lcore.
+//! A context is `Send + Sync` (an `Arc` of its shared state inside); for parallelism use
+//! one context per thread or lcore, as DPDK applications use one queue per lcore.
+//!
+//! # Locking
+//!
+//! The data path (send, receive, progress, readiness, `riowrite`) must never wait for the
+//! control plane, whose operations block for seconds: the verbs provider resolves the
+//! address and route inside `connect_prepared` (up to 2 s, three tries), and the shm
+//! provider, registering memory with remote rights, announces a new region to every
+//! connected peer of the protection domain and waits up to 2 s per peer for it to be
+//! mapped. With one lock for everything, every thread of the context (and in the drop-in
+//! `librdmacm` library, which has one context per process, every thread of the program)
+//! would spin behind such a call. A context therefore has two locks:
+//!
+//! * **L1, the control lock** (a `Mutex`: its holders may block, and waiters sleep): the
+//!   CM channel, the buffer arena, and the maps from connections and listeners to
+//!   sockets. Connect, accept (done by the CM thread), listen, close and the processing of
+//!   every CM event hold it for their whole length. The control plane is serialized by it.
+//! * **L2, the data lock** (a [`SpinLock`]: uncontended it costs one compare-and-swap and
+//!   no system call): the socket table, each socket's state machine, queue pair,
+//!   completion queue and buffers. The data path takes only this one.
+//!
+//! The order is **L1, then L2, never the reverse**: nothing takes the control lock while
+//! holding the data lock. The data lock is never held across a blocking call, a system
+//! call or an allocation that the data path could wait behind: control operations take it
+//! only for short steps, in phases. A connect checks the socket and marks it opening under
+//! L2, builds its buffers and completion queue, registers memory and sends the request
+//! (resolving on verbs) with L2 released, then publishes the stream under L2; an accept
+//! does the same with a new socket it publishes into the listener's backlog. Because the
+//! connecting (or accepting) thread holds L1 throughout, no CM event for the new
+//! connection is processed before it is published, and no close can see the socket while
+//! it is opening. Resources are dropped (queue pairs, registrations) after the socket left
+//! the table, with L2 released. `riomap` registers its memory with neither lock held and
+//! publishes the mapping under L2 if the same connection is still there.
+//!
+//! CM events are consumed only by the CM thread (under L1); the data path never takes L1,
+//! so a stalled control operation delays other connection events, never I/O. The device,
+//! the context's protection domain and the configuration are immutable and read without a
+//! lock. Each stream records the protection domain its memory and queue pair belong to,
+//! so that it can become the socket's own.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use dp_fabric::sync::{SpinGuard, SpinLock};
 use std::time::{Duration, Instant as StdInstant};
@@ -25,20 +64,22 @@ use crate::conn::{Ready, Shutdown};
 use crate::error::RsError;
 use crate::opts::{RsConfig, SockOpt, SockOptName, SockOpts};
 use crate::wait::Waiter;
-use dp_fabric::{CmChannel, Completion, Device, FabricError, Provider};
+use dp_fabric::{CmChannel, Device, FabricError, Provider};
 
+mod control;
 mod engine;
 mod iomap;
 mod sock;
 
 pub use sock::{RecvFlags, SendFlagsRs, SockId};
 
-use engine::{CLOSE_TIMEOUT, CONNECT_TIMEOUT, CmThread, Ctx};
-use sock::{Kind, Phase};
+use control::{CmThread, Control};
+use engine::{CLOSE_TIMEOUT, CONNECT_TIMEOUT, Data, Shared};
+use sock::{Kind, Phase, Sock};
 
 /// A context: sockets over one fabric device.
 pub struct RsContext<P: Provider> {
-    inner: Arc<SpinLock<Ctx<P>>>,
+    inner: Arc<Shared<P>>,
     polling_time: Duration,
 }
 
@@ -78,21 +119,14 @@ impl<P: Provider> RsContext<P> {
         let polling_time = cfg.polling_time;
         let event_fd = cm.event_fd();
         let ctx = Self {
-            inner: Arc::new(SpinLock::new(Ctx {
-                cm_thread: None,
+            inner: Arc::new(Shared {
+                control: Mutex::new(Control::new(cm, Arena::new(ARENA_CHUNK))),
+                data: SpinLock::new(Data::new()),
                 dev,
                 pd,
-                cm,
-                arena: Arena::new(ARENA_CHUNK),
-                socks: Vec::new(),
-                free_ids: Vec::new(),
-                by_conn: HashMap::new(),
-                by_listen: HashMap::new(),
                 cfg,
                 clock: RealClock::new(),
-                scratch: vec![Completion::default(); 64],
-                keepalive_socks: 0,
-            })),
+            }),
             polling_time,
         };
         let t =
@@ -100,25 +134,27 @@ impl<P: Provider> RsContext<P> {
                 op: "starting the rsocket connection-manager thread",
                 source: e,
             })?;
-        ctx.lock().cm_thread = Some(t);
+        ctx.inner.control().cm_thread = Some(t);
         Ok(ctx)
     }
 
-    fn lock(&self) -> SpinGuard<'_, Ctx<P>> {
-        self.inner.lock()
+    /// The data lock (see the locking section of the module docs).
+    fn data(&self) -> SpinGuard<'_, Data<P>> {
+        self.inner.data()
     }
 
-    /// Makes progress on every socket and connection event; returns the work done (0 when
-    /// idle). Call it from an lcore poller to serve many sockets from one loop.
+    /// Makes progress on every socket (completions, credits, keepalive timers); returns
+    /// the work done (0 when idle). Call it from an lcore poller to serve many sockets
+    /// from one loop. Connection events are processed by the context's CM thread.
     pub fn progress(&self) -> usize {
-        self.lock().progress()
+        self.data().progress(&self.inner.clock)
     }
 
     /// Runs `f` with the context's device and protection domain (for socket kinds that
-    /// manage their own queue pairs, such as datagram sockets).
+    /// manage their own queue pairs, such as datagram sockets). Takes no lock: `f` may
+    /// block (resolving a route, say) without stalling the context's sockets.
     pub(crate) fn with_device<R>(&self, f: impl FnOnce(&P::Device, &P::Pd, &RsConfig) -> R) -> R {
-        let c = self.lock();
-        f(&c.dev, &c.pd, &c.cfg)
+        f(&self.inner.dev, &self.inner.pd, &self.inner.cfg)
     }
 
     /// The busy-poll time of blocking calls.
@@ -133,10 +169,8 @@ impl<P: Provider> RsContext<P> {
 
     /// Creates a stream socket (`rsocket(AF_INET, SOCK_STREAM, 0)`).
     pub fn socket(&self, nonblocking: bool) -> SockId {
-        let mut c = self.lock();
-        let opts = SockOpts::new(&c.cfg);
-        let s = c.new_sock(opts, nonblocking);
-        c.alloc_id(s)
+        let s = Sock::new(SockOpts::new(&self.inner.cfg), nonblocking);
+        self.data().alloc_id(s)
     }
 
     /// Binds a socket (`rbind`).
@@ -144,7 +178,7 @@ impl<P: Provider> RsContext<P> {
     /// # Errors
     /// `EBADF` for an unknown socket, `EINVAL` once it is in use.
     pub fn bind(&self, id: SockId, addr: SocketAddr) -> Result<(), RsError> {
-        let mut c = self.lock();
+        let mut c = self.data();
         let s = c.sock(id)?;
         if !matches!(s.kind, Kind::Fresh) {
             return Err(RsError::Invalid);
@@ -158,22 +192,22 @@ impl<P: Provider> RsContext<P> {
     /// # Errors
     /// `EINVAL` without a bound address; `EADDRINUSE`.
     pub fn listen(&self, id: SockId, backlog: u32) -> Result<(), RsError> {
-        self.lock().listen(id, backlog)
+        self.inner.control().listen(&self.inner, id, backlog)
     }
 
     /// Connects (`rconnect`). A non-blocking socket returns [`RsError::InProgress`] and
     /// becomes writable (or reports its error through [`take_error`](Self::take_error)).
     ///
+    /// Even a non-blocking connect waits for what the provider does synchronously (address
+    /// and route resolution on verbs, memory registration), but only other control
+    /// operations of the context wait with it: its sockets' I/O goes on.
+    ///
     /// # Errors
     /// `ECONNREFUSED`, `EISCONN`, `EINPROGRESS`, `ETIMEDOUT`, ...
     pub fn connect(&self, id: SockId, addr: SocketAddr) -> Result<(), RsError> {
-        let nonblocking = {
-            let mut c = self.lock();
-            c.connect(id, addr)?;
-            c.sock(id)?.nonblocking
-        };
+        let nonblocking = self.inner.control().connect(&self.inner, id, addr)?;
         if nonblocking {
-            self.lock().progress_one(id);
+            self.data().progress_one(id);
             return if self.is_established(id)? {
                 Ok(())
             } else {
@@ -183,12 +217,12 @@ impl<P: Provider> RsContext<P> {
         let deadline = StdInstant::now() + CONNECT_TIMEOUT;
         let mut w = Waiter::new(self.polling_time);
         loop {
-            self.lock().progress_one(id);
+            self.data().progress_one(id);
             match self.is_established(id) {
                 Ok(true) => return Ok(()),
                 Ok(false) => {}
                 Err(e) => {
-                    self.lock().sock(id)?.so_error = None;
+                    self.data().sock(id)?.so_error = None;
                     return Err(e);
                 }
             }
@@ -200,15 +234,17 @@ impl<P: Provider> RsContext<P> {
     }
 
     fn is_established(&self, id: SockId) -> Result<bool, RsError> {
-        let mut c = self.lock();
+        let mut c = self.data();
         match &c.sock(id)?.kind {
             Kind::Stream(st) => Ok(st.phase == Phase::Established),
+            Kind::Opening => Ok(false),
             Kind::Failed(e) => Err(*e),
             _ => Err(RsError::NotConnected),
         }
     }
 
-    /// Accepts a connection (`raccept`).
+    /// Accepts a connection (`raccept`): hands out one the CM thread accepted in the
+    /// background.
     ///
     /// # Errors
     /// `EWOULDBLOCK` on a non-blocking listener with nothing pending; `EINVAL` if not
@@ -217,8 +253,7 @@ impl<P: Provider> RsContext<P> {
         let mut w = Waiter::new(self.polling_time);
         loop {
             let (r, nonblocking) = {
-                let mut c = self.lock();
-                c.cm_events();
+                let mut c = self.data();
                 let r = c.accept(id);
                 (r, c.sock(id)?.nonblocking)
             };
@@ -240,7 +275,7 @@ impl<P: Provider> RsContext<P> {
         let mut w = Waiter::new(self.polling_time);
         loop {
             let (r, nonblocking) = {
-                let mut c = self.lock();
+                let mut c = self.data();
                 let r = c.send(id, &data[done..]);
                 let nb = c.sock(id)?.nonblocking || flags.dontwait;
                 if r.is_err() || done + r.unwrap_or(0) < data.len() {
@@ -277,7 +312,7 @@ impl<P: Provider> RsContext<P> {
         let mut w = Waiter::new(self.polling_time);
         loop {
             let (r, nonblocking) = {
-                let mut c = self.lock();
+                let mut c = self.data();
                 let mut r = c.recv(id, &mut buf[done..], flags.peek);
                 if matches!(r, Err(RsError::WouldBlock)) {
                     c.progress_one(id);
@@ -311,7 +346,7 @@ impl<P: Provider> RsContext<P> {
     /// `ENOTCONN` if not connected.
     pub fn shutdown(&self, id: SockId, how: Shutdown) -> Result<(), RsError> {
         {
-            let mut c = self.lock();
+            let mut c = self.data();
             let st = c.stream(id)?;
             if st.phase != Phase::Established {
                 return Err(RsError::NotConnected);
@@ -320,11 +355,15 @@ impl<P: Provider> RsContext<P> {
             conn.shutdown(how, &mut io);
         }
         self.wait_sends(id);
-        let mut c = self.lock();
-        let st = c.stream(id)?;
-        if st.conn.is_disconnected() {
-            let cid = st.conn_id;
-            let _ = c.cm.disconnect(cid);
+        let done = {
+            let mut c = self.data();
+            let st = c.stream(id)?;
+            st.conn.is_disconnected().then_some(st.conn_id)
+        };
+        if let Some(cid) = done {
+            // Control lock after the data lock is released (lock order); a close meanwhile
+            // only makes this a no-op.
+            let _ = self.inner.control().cm.disconnect(cid);
         }
         Ok(())
     }
@@ -334,7 +373,7 @@ impl<P: Provider> RsContext<P> {
         let mut w = Waiter::new(self.polling_time);
         loop {
             {
-                let mut c = self.lock();
+                let mut c = self.data();
                 c.progress_one(id);
                 match c.stream(id) {
                     Ok(st) if !st.conn.shutdown_done() => {}
@@ -352,7 +391,7 @@ impl<P: Provider> RsContext<P> {
     /// gracefully first (blocking), then disconnects and frees everything.
     pub fn close(&self, id: SockId) {
         let graceful = {
-            let mut c = self.lock();
+            let mut c = self.data();
             match c.stream(id) {
                 Ok(st) if st.phase == Phase::Established && st.conn.is_connected() => {
                     let (conn, mut io) = st.io();
@@ -365,10 +404,7 @@ impl<P: Provider> RsContext<P> {
         if graceful {
             self.wait_sends(id);
         }
-        let mut c = self.lock();
-        if let Some((cid, _)) = c.close(id) {
-            let _ = c.cm.disconnect(cid);
-        }
+        self.inner.control().close(&self.inner, id);
     }
 
     /// Sets `O_NONBLOCK`.
@@ -376,7 +412,7 @@ impl<P: Provider> RsContext<P> {
     /// # Errors
     /// `EBADF`.
     pub fn set_nonblocking(&self, id: SockId, on: bool) -> Result<(), RsError> {
-        self.lock().sock(id)?.nonblocking = on;
+        self.data().sock(id)?.nonblocking = on;
         Ok(())
     }
 
@@ -385,7 +421,7 @@ impl<P: Provider> RsContext<P> {
     /// # Errors
     /// `EBADF`.
     pub fn is_nonblocking(&self, id: SockId) -> Result<bool, RsError> {
-        Ok(self.lock().sock(id)?.nonblocking)
+        Ok(self.data().sock(id)?.nonblocking)
     }
 
     /// Readiness after one progress pass on the socket (for `poll`).
@@ -393,7 +429,7 @@ impl<P: Provider> RsContext<P> {
     /// # Errors
     /// `EBADF`.
     pub fn readiness(&self, id: SockId) -> Result<Ready, RsError> {
-        let mut c = self.lock();
+        let mut c = self.data();
         c.progress_one(id);
         c.readiness(id)
     }
@@ -405,7 +441,7 @@ impl<P: Provider> RsContext<P> {
         ids: &[SockId],
         mut f: impl FnMut(usize, Result<Ready, RsError>),
     ) {
-        let mut c = self.lock();
+        let mut c = self.data();
         for (i, id) in ids.iter().enumerate() {
             f(i, c.readiness(*id));
         }
@@ -416,7 +452,7 @@ impl<P: Provider> RsContext<P> {
     /// # Errors
     /// `EBADF`.
     pub fn readiness_now(&self, id: SockId) -> Result<Ready, RsError> {
-        self.lock().readiness(id)
+        self.data().readiness(id)
     }
 
     /// Takes the pending socket error (`SO_ERROR`).
@@ -424,7 +460,7 @@ impl<P: Provider> RsContext<P> {
     /// # Errors
     /// `EBADF`.
     pub fn take_error(&self, id: SockId) -> Result<Option<RsError>, RsError> {
-        let mut c = self.lock();
+        let mut c = self.data();
         let s = c.sock(id)?;
         if let Some(e) = s.so_error.take() {
             return Ok(Some(e));
@@ -440,10 +476,10 @@ impl<P: Provider> RsContext<P> {
     /// # Errors
     /// `EINVAL` as [`SockOpts::set`] says; `EBADF`.
     pub fn set_option(&self, id: SockId, opt: SockOpt) -> Result<(), RsError> {
-        let mut c = self.lock();
-        let now = c.clock.now();
+        let now = self.inner.clock.now();
+        let mut c = self.data();
         let s = c.sock(id)?;
-        let opening = matches!(s.kind, Kind::Stream(_));
+        let opening = matches!(s.kind, Kind::Stream(_) | Kind::Opening);
         let was_keepalive = s.opts.keepalive;
         s.opts.set(opt, opening)?;
         let keepalive = s.opts.keepalive.then_some(s.opts.keepidle);
@@ -469,7 +505,7 @@ impl<P: Provider> RsContext<P> {
     /// # Errors
     /// `EBADF`.
     pub fn option(&self, id: SockId, name: SockOptName) -> Result<SockOpt, RsError> {
-        Ok(self.lock().sock(id)?.opts.get(name))
+        Ok(self.data().sock(id)?.opts.get(name))
     }
 
     /// Local address (`rgetsockname`).
@@ -477,7 +513,7 @@ impl<P: Provider> RsContext<P> {
     /// # Errors
     /// `EBADF`, `ENOTCONN` when unbound.
     pub fn local_addr(&self, id: SockId) -> Result<SocketAddr, RsError> {
-        let mut c = self.lock();
+        let mut c = self.data();
         let s = c.sock(id)?;
         match &s.kind {
             Kind::Stream(st) => Ok(st.local),
@@ -491,7 +527,7 @@ impl<P: Provider> RsContext<P> {
     /// # Errors
     /// `EBADF`, `ENOTCONN`.
     pub fn peer_addr(&self, id: SockId) -> Result<SocketAddr, RsError> {
-        let mut c = self.lock();
+        let mut c = self.data();
         match &c.sock(id)?.kind {
             Kind::Stream(st) => Ok(st.peer),
             _ => Err(RsError::NotConnected),
@@ -503,7 +539,7 @@ impl<P: Provider> RsContext<P> {
     /// # Errors
     /// `EBADF` for an unknown socket.
     pub fn readable_bytes(&self, id: SockId) -> Result<usize, RsError> {
-        let mut c = self.lock();
+        let mut c = self.data();
         Ok(match &c.sock(id)?.kind {
             Kind::Stream(st) => st.conn.readable_bytes(),
             _ => 0,
@@ -515,7 +551,7 @@ impl<P: Provider> RsContext<P> {
     /// # Errors
     /// `EBADF` for an unknown socket.
     pub fn established(&self, id: SockId) -> Result<bool, RsError> {
-        let mut c = self.lock();
+        let mut c = self.data();
         Ok(match &c.sock(id)?.kind {
             Kind::Stream(st) => st.phase == Phase::Established && st.conn.is_connected(),
             _ => false,
@@ -527,6 +563,6 @@ impl<P: Provider> RsContext<P> {
     /// # Errors
     /// `ENOTCONN` if not a stream.
     pub fn conn_stats(&self, id: SockId) -> Result<super::conn::ConnStats, RsError> {
-        Ok(self.lock().stream(id)?.conn.stats())
+        Ok(self.data().stream(id)?.conn.stats())
     }
 }

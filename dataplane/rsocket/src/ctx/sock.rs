@@ -52,6 +52,9 @@ pub(super) enum Phase {
 
 pub(super) struct Stream<P: Provider> {
     pub(super) conn: StreamConn,
+    /// The protection domain of the socket's queue pair and memory (today a clone of the
+    /// context's; it belongs to the socket so that it can become the socket's own).
+    pub(super) pd: P::Pd,
     pub(super) qp: P::Qp,
     pub(super) cq: P::Cq,
     pub(super) conn_id: ConnId,
@@ -71,6 +74,10 @@ pub(super) struct IoMapping<P: Provider> {
 
 pub(super) enum Kind<P: Provider> {
     Fresh,
+    /// A connect is building this socket's resources without the data lock (see the
+    /// locking section of the [`ctx`](super) docs); it reads as connecting. Only the
+    /// connecting thread, holding the control lock throughout, moves it on.
+    Opening,
     Listening(Listening),
     Stream(Box<Stream<P>>),
     Failed(RsError),
@@ -82,6 +89,18 @@ pub(super) struct Sock<P: Provider> {
     pub(super) bound: Option<SocketAddr>,
     pub(super) kind: Kind<P>,
     pub(super) so_error: Option<RsError>,
+}
+
+impl<P: Provider> Sock<P> {
+    pub(super) fn new(opts: SockOpts, nonblocking: bool) -> Self {
+        Self {
+            opts,
+            nonblocking,
+            bound: None,
+            kind: Kind::Fresh,
+            so_error: None,
+        }
+    }
 }
 
 /// The state machine's I/O through a real queue pair and arena buffers.
