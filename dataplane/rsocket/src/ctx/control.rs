@@ -199,8 +199,10 @@ impl<P: Provider> Control<P> {
     /// remote write may block (the shm provider waits for every connected peer to map a
     /// newly exported region), so this runs without the data lock.
     fn new_stream(&mut self, sh: &Shared<P>, opts: &SockOpts) -> Result<Parts<P>, RsError> {
-        // The protection domain the socket's memory and queue pair live in.
-        let pd = sh.pd.clone();
+        // The socket's own protection domain: its memory and queue pair live in it, so its
+        // peer can name (and, on the shm provider, is sent) this socket's buffers and
+        // nothing of any other socket's.
+        let pd = sh.dev.alloc_pd().map_err(|e| fabric_err(&e))?;
         let attr = sh.dev.attr();
         let cfg = opts.stream_config(attr.max_qp_wr, attr.max_inline_data);
         let bufs = self.arena.stream_bufs(&pd, &cfg)?;
