@@ -13,8 +13,8 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use dataplane::fabric::shm::{Shm, ShmConfig, ShmDevice};
@@ -74,7 +74,8 @@ fn writable_shared_mappings() -> Vec<(usize, usize, String)> {
 }
 
 fn honest() {
-    let ctx: RsContext<Shm> = RsContext::with_config(device(), RsConfig::default()).expect("context");
+    let ctx: RsContext<Shm> =
+        RsContext::with_config(device(), RsConfig::default()).expect("context");
     let mut s = RsStream::connect(&ctx, addr()).expect("connect");
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut buf = vec![0u8; 1 << 16];
@@ -88,7 +89,10 @@ fn honest() {
         s.write_all(&data).expect("honest write");
         s.read_exact(&mut buf[..n]).expect("honest read");
         worst = worst.max(t.elapsed());
-        assert!(buf[..n] == data[..], "round {rounds}: the echo came back corrupted");
+        assert!(
+            buf[..n] == data[..],
+            "round {rounds}: the echo came back corrupted"
+        );
         rounds += 1;
     }
     println!("HONEST rounds={rounds} worst_ms={}", worst.as_millis());
@@ -111,7 +115,7 @@ fn hostile() {
                 let v = rng.next();
                 // Eight bytes where they fit, else one: indexes, lengths, sequence numbers
                 // and flags all get hit.
-                if off + 8 <= len && off % 8 == 0 {
+                if off + 8 <= len && off.is_multiple_of(8) {
                     // SAFETY: inside a writable mapping of this process (from
                     // /proc/self/maps), aligned; volatile, as the victim reads it
                     // concurrently. This is the attack.

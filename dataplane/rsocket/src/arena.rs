@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use mempool::memory::{Region, RegionConfig};
 
-use crate::conn::{Buf, CTRL_AREA, LocalKeys, StreamConfig};
+use crate::conn::{Buf, LocalKeys, StreamConfig};
 use crate::error::RsError;
 use dp_fabric::{Access, MemoryRegion, ProtectionDomain, Provider};
 
@@ -132,9 +132,9 @@ impl<P: Provider> Arena<P> {
         pd: &P::Pd,
         cfg: &StreamConfig,
     ) -> Result<SockBufs<P>, RsError> {
-        let sbuf_len = (cfg.sbuf_size + CTRL_AREA) as usize;
-        let rbuf_len = cfg.rbuf_size as usize;
-        let target_len = cfg.target_len() as usize;
+        let sbuf_len = cfg.buf_len(Buf::Sbuf) as usize;
+        let rbuf_len = cfg.buf_len(Buf::Rbuf) as usize;
+        let target_len = cfg.buf_len(Buf::Target) as usize;
         // The remotely writable part in pages of its own; the send ring beside it.
         let [rblock, sblock] = self.alloc_pair(rbuf_len + target_len, sbuf_len)?;
         let r = &self.regions[rblock.region];
@@ -164,9 +164,18 @@ impl<P: Provider> Arena<P> {
             mem: r.mem.clone(),
             lkey: local.lkey(),
             _local: local,
-            sbuf,
-            rbuf,
-            target,
+            sbuf: Span {
+                at: sbuf,
+                len: sbuf_len,
+            },
+            rbuf: Span {
+                at: rbuf,
+                len: rbuf_len,
+            },
+            target: Span {
+                at: target,
+                len: target_len,
+            },
             remote,
         })
     }
@@ -181,7 +190,26 @@ impl<P: Provider> Arena<P> {
     }
 }
 
-/// One socket's buffers inside the arena.
+/// Where one buffer of a socket lies in its arena region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Span {
+    /// Offset in the region.
+    at: usize,
+    /// Bytes.
+    len: usize,
+}
+
+impl Span {
+    /// The region offset of `[off, off + n)` of this buffer, if that lies inside it.
+    #[inline]
+    fn sub(self, off: u32, n: usize) -> Option<usize> {
+        let end = (off as usize).checked_add(n)?;
+        (end <= self.len).then_some(self.at + off as usize)
+    }
+}
+
+/// One socket's buffers inside the arena. The region holds other sockets' buffers too:
+/// every access goes through [`SockBufs::span`], bounded by the buffer it names.
 pub(crate) struct SockBufs<P: Provider> {
     /// The remotely writable block and the send-ring block.
     blocks: [Block; 2],
@@ -189,21 +217,32 @@ pub(crate) struct SockBufs<P: Provider> {
     /// Key of the send ring's local registration.
     pub lkey: u32,
     _local: P::Mr,
-    sbuf: usize,
-    rbuf: usize,
-    target: usize,
+    sbuf: Span,
+    rbuf: Span,
+    target: Span,
     pub remote: P::Mr,
 }
 
 impl<P: Provider> SockBufs<P> {
-    /// Offset of `buf` within the region.
-    #[inline]
-    pub(crate) fn offset(&self, buf: Buf) -> usize {
+    fn buf(&self, buf: Buf) -> Span {
         match buf {
             Buf::Sbuf => self.sbuf,
             Buf::Rbuf => self.rbuf,
             Buf::Target => self.target,
         }
+    }
+
+    /// Offset of `buf` within the region.
+    #[inline]
+    pub(crate) fn offset(&self, buf: Buf) -> usize {
+        self.buf(buf).at
+    }
+
+    /// The region offset of `[off, off + n)` of `buf`, or `None` if that is not inside
+    /// `buf` (it would reach another buffer, possibly another socket's).
+    #[inline]
+    pub(crate) fn span(&self, buf: Buf, off: u32, n: usize) -> Option<usize> {
+        self.buf(buf).sub(off, n)
     }
 
     /// Local virtual address of `buf` + `off`.
@@ -220,5 +259,22 @@ impl<P: Provider> SockBufs<P> {
             target_addr: self.addr(Buf::Target, 0),
             target_rkey: self.remote.rkey(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Span;
+
+    #[test]
+    fn spans_bound_every_access_by_their_own_buffer() {
+        let s = Span { at: 4096, len: 100 };
+        assert_eq!(s.sub(0, 100), Some(4096));
+        assert_eq!(s.sub(99, 1), Some(4195));
+        assert_eq!(s.sub(100, 0), Some(4196), "an empty access at the end");
+        assert_eq!(s.sub(99, 2), None, "one byte into the next buffer");
+        assert_eq!(s.sub(100, 1), None);
+        assert_eq!(s.sub(0, 0x1FFF_FFFF), None, "a peer's 29-bit length");
+        assert_eq!(s.sub(u32::MAX, usize::MAX), None, "no overflow");
     }
 }

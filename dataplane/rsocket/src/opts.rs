@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::conn::{RS_QP_MAX_SIZE, RS_QP_MIN_SIZE, StreamConfig};
 use crate::error::RsError;
-use crate::wire::scale_round;
+use crate::wire::{MAX_RBUF_HALF, scale_round};
 
 /// Process-wide defaults for new sockets.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -264,7 +264,9 @@ impl SockOpts {
             sq_size: self.sq_size.clamp(RS_QP_MIN_SIZE, qmax),
             rq_size: self.rq_size.clamp(RS_QP_MIN_SIZE, qmax),
             sbuf_size: self.sbuf.max(4096),
-            rbuf_size: (self.rbuf.max(2) + 1) & !1,
+            // Even, and no larger than a peer accepts in connection data (halves up to
+            // MAX_RBUF_HALF, as librdmacm's `int` sizes allow).
+            rbuf_size: (self.rbuf.clamp(2, 2 * MAX_RBUF_HALF - 1) + 1) & !1,
             sq_inline: self.inline.min(max_inline),
             target_iomap_size: self.iomap_size,
         }
@@ -300,5 +302,13 @@ mod tests {
             16,
             "clamped to RS_QP_MIN_SIZE"
         );
+        o.set(SockOpt::RcvBuf(u32::MAX), false).unwrap();
+        assert_eq!(
+            o.stream_config(16384, 64).rbuf_size,
+            2 * MAX_RBUF_HALF,
+            "receive buffers end where a peer's connection data check does"
+        );
+        o.rbuf = 7;
+        assert_eq!(o.stream_config(16384, 64).rbuf_size, 8, "even");
     }
 }

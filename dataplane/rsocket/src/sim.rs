@@ -5,16 +5,27 @@
 //! a write with immediate that finds no receive posted waits (receiver not ready) and is
 //! retried after `rnr_delay`; RDMA writes are checked against the peer's buffers and keys,
 //! as hardware checks them. Faults can be injected: withheld receives (RNR), the death of
-//! one side, and error completions. [`SimPair::drive`] runs both sides (poll completions,
-//! hand them to the state machine, return credits) until nothing more happens, and
-//! `drive_bounded` fails on livelock.
+//! one side, error completions, and arbitrary (hostile) receive completions
+//! ([`SimSide::inject`]). [`SimPair::drive`] runs both sides (poll completions, hand them
+//! to the state machine, return credits) until nothing more happens, and `drive_bounded`
+//! fails on livelock.
+//!
+//! # Strict memory
+//!
+//! Every local access the state machine makes through [`RsIo`] (reads, writes, and the
+//! segments of posted requests) is checked against the buffer it names. An access outside
+//! it neither panics nor wraps: it is refused, counted in [`SideState::bounds_faults`] and
+//! recorded in [`SideState::last_bounds_fault`], so a test can assert that none happened.
 
+use core::cell::Cell;
+use core::ops::Range;
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use lcore::time::Instant;
 
-use crate::conn::{Buf, CTRL_AREA, Local, LocalKeys, RsIo, RsWr, StreamConfig, StreamConn};
+use crate::conn::{Buf, Local, LocalKeys, OutOfBounds, RsIo, RsWr, StreamConfig, StreamConn};
+use crate::error::RsError;
 use crate::wire::ConnDataRepr;
 use dp_fabric::{Completion, PostError, PostErrorKind, RemoteAddr, WcOpcode, WcStatus};
 
@@ -69,6 +80,10 @@ pub struct SideState {
     error: bool,
     /// Requests that waited for a receive at least once.
     pub rnr_waits: u64,
+    /// Local accesses outside the buffer they named (refused; see the module doc). A
+    /// `Cell`: reads take `&self`.
+    bounds_faults: Cell<u64>,
+    last_bounds_fault: Cell<Option<(Buf, u32, usize)>>,
 }
 
 impl SimSide {
@@ -82,9 +97,9 @@ impl SimSide {
         Self {
             conn: StreamConn::new(cfg, keys),
             st: SideState {
-                sbuf: vec![0; (cfg.sbuf_size + CTRL_AREA) as usize],
-                rbuf: vec![0; cfg.rbuf_size as usize],
-                target: vec![0; cfg.target_len() as usize],
+                sbuf: vec![0; cfg.buf_len(Buf::Sbuf) as usize],
+                rbuf: vec![0; cfg.buf_len(Buf::Rbuf) as usize],
+                target: vec![0; cfg.buf_len(Buf::Target) as usize],
                 iomem: vec![0; IOMEM_LEN],
                 keys,
                 base,
@@ -100,6 +115,8 @@ impl SimSide {
                 dead: false,
                 error: false,
                 rnr_waits: 0,
+                bounds_faults: Cell::new(0),
+                last_bounds_fault: Cell::new(None),
             },
         }
     }
@@ -116,6 +133,30 @@ impl SimSide {
         n
     }
 
+    /// Delivers a receive completion with immediate `imm` that reports `byte_len` bytes, as
+    /// if the peer had sent it (a hostile peer can send any immediate): it consumes a posted
+    /// receive, like a real arrival, and waits in the completion queue for the next
+    /// [`progress`](Self::progress) (or [`SimPair::step`]).
+    ///
+    /// # Panics
+    /// If no receive is posted (a real peer would meet receiver-not-ready).
+    pub fn inject(&mut self, imm: u32, byte_len: u32) {
+        let wr_id = self
+            .st
+            .recvs
+            .pop_front()
+            .expect("inject: no receive posted");
+        self.st.cq.push_back(Completion {
+            wr_id,
+            status: WcStatus::Success,
+            opcode: WcOpcode::RecvRdmaWithImm,
+            byte_len,
+            imm: Some(imm),
+            qp_num: 2,
+            src_qp: 0,
+        });
+    }
+
     /// Runs `f` with the state machine and an I/O view of this side.
     pub fn with<R>(&mut self, f: impl FnOnce(&mut StreamConn, &mut SimIo<'_>) -> R) -> R {
         f(&mut self.conn, &mut SimIo(&mut self.st))
@@ -123,6 +164,30 @@ impl SimSide {
 }
 
 impl SideState {
+    /// The byte range `[off, off + len)` of `b`, if it lies inside `b`; otherwise the
+    /// access is recorded as a bounds fault.
+    fn range(&self, b: Buf, off: u32, len: usize) -> Option<Range<usize>> {
+        let start = off as usize;
+        match start.checked_add(len) {
+            Some(end) if end <= self.buf(b).len() => Some(start..end),
+            _ => {
+                self.bounds_faults.set(self.bounds_faults.get() + 1);
+                self.last_bounds_fault.set(Some((b, off, len)));
+                None
+            }
+        }
+    }
+
+    /// Local accesses the state machine made outside the buffer they named (each refused).
+    pub fn bounds_faults(&self) -> u64 {
+        self.bounds_faults.get()
+    }
+
+    /// The last such access: buffer, offset, length.
+    pub fn last_bounds_fault(&self) -> Option<(Buf, u32, usize)> {
+        self.last_bounds_fault.get()
+    }
+
     fn buf(&self, b: Buf) -> &Vec<u8> {
         match b {
             Buf::Sbuf => &self.sbuf,
@@ -193,15 +258,28 @@ impl SideState {
 #[derive(Debug)]
 pub struct SimIo<'a>(&'a mut SideState);
 
+/// What an out-of-bounds read returns in place of memory the buffer does not have.
+const POISON: u8 = 0xEE;
+
 impl RsIo for SimIo<'_> {
-    fn read(&self, buf: Buf, off: u32, dst: &mut [u8]) {
-        let b = self.0.buf(buf);
-        dst.copy_from_slice(&b[off as usize..off as usize + dst.len()]);
+    fn read(&self, buf: Buf, off: u32, dst: &mut [u8]) -> Result<(), OutOfBounds> {
+        match self.0.range(buf, off, dst.len()) {
+            Some(r) => {
+                dst.copy_from_slice(&self.0.buf(buf)[r]);
+                Ok(())
+            }
+            None => {
+                // Should a caller ignore the error, it reads poison, not other memory.
+                dst.fill(POISON);
+                Err(OutOfBounds)
+            }
+        }
     }
 
-    fn write(&mut self, buf: Buf, off: u32, src: &[u8]) {
-        let b = self.0.buf_mut(buf);
-        b[off as usize..off as usize + src.len()].copy_from_slice(src);
+    fn write(&mut self, buf: Buf, off: u32, src: &[u8]) -> Result<(), OutOfBounds> {
+        let r = self.0.range(buf, off, src.len()).ok_or(OutOfBounds)?;
+        self.0.buf_mut(buf)[r].copy_from_slice(src);
+        Ok(())
     }
 
     fn post_send(&mut self, wr: &RsWr<'_>) -> Result<(), PostError> {
@@ -212,13 +290,19 @@ impl RsIo for SimIo<'_> {
                 kind: PostErrorKind::QueueFull,
             });
         }
+        let refused = PostError {
+            index: 0,
+            kind: PostErrorKind::Unsupported,
+        };
         let data = match wr.local {
             Local::Empty => Vec::new(),
             Local::Inline(b) => b.to_vec(),
             Local::Segs(a, b) => {
-                let mut v = s.buf(a.buf)[a.off as usize..(a.off + a.len) as usize].to_vec();
+                let ra = s.range(a.buf, a.off, a.len as usize).ok_or(refused)?;
+                let mut v = s.buf(a.buf)[ra].to_vec();
                 if let Some(b) = b {
-                    v.extend_from_slice(&s.buf(b.buf)[b.off as usize..(b.off + b.len) as usize]);
+                    let rb = s.range(b.buf, b.off, b.len as usize).ok_or(refused)?;
+                    v.extend_from_slice(&s.buf(b.buf)[rb]);
                 }
                 v
             }
@@ -265,24 +349,44 @@ impl SimPair {
     /// Creates and connects two sides with their own configurations (as a listener's
     /// options and a client's may differ).
     pub fn connect2(ca: StreamConfig, cb: StreamConfig, latency: Duration) -> Self {
+        let mut p = Self::unestablished(ca, cb, latency);
+        let (ra, rb) = p.establish_with(|_, _| {});
+        ra.expect("establish a");
+        rb.expect("establish b");
+        p
+    }
+
+    /// Creates two sides with their receives posted but not established yet (as between
+    /// `rdma_connect` and the established event), so a test can inject completions that
+    /// arrive before the connection data is processed, or tamper with that data.
+    pub fn unestablished(ca: StreamConfig, cb: StreamConfig, latency: Duration) -> Self {
         let mut p = Self {
             a: SimSide::new(ca, 1 << 32, latency),
             b: SimSide::new(cb, 2 << 32, latency),
             now: Instant::from_nanos(0),
             rnr_delay: Duration::from_micros(10),
         };
-        let now = p.now;
         for s in [&mut p.a, &mut p.b] {
             s.with(|c, io| c.post_initial_recvs(io))
                 .expect("initial receives");
         }
-        let da: ConnDataRepr = p.a.conn.conn_data();
-        let db: ConnDataRepr = p.b.conn.conn_data();
-        p.a.with(|c, io| c.establish(&db, io, now))
-            .expect("establish a");
-        p.b.with(|c, io| c.establish(&da, io, now))
-            .expect("establish b");
         p
+    }
+
+    /// Establishes both sides, each with the other's connection data after `tamper` has
+    /// edited it (`tamper(a's data as b sees it, b's data as a sees it)`). Returns what
+    /// `a` and `b` made of it.
+    pub fn establish_with(
+        &mut self,
+        tamper: impl FnOnce(&mut ConnDataRepr, &mut ConnDataRepr),
+    ) -> (Result<(), RsError>, Result<(), RsError>) {
+        let now = self.now;
+        let mut da: ConnDataRepr = self.a.conn.conn_data();
+        let mut db: ConnDataRepr = self.b.conn.conn_data();
+        tamper(&mut da, &mut db);
+        let ra = self.a.with(|c, io| c.establish(&db, io, now));
+        let rb = self.b.with(|c, io| c.establish(&da, io, now));
+        (ra, rb)
     }
 
     /// Virtual time.

@@ -366,20 +366,72 @@ pub struct ConnDataRepr {
     pub data_buf: RsSge,
 }
 
+/// The largest credit count a peer may announce: librdmacm clamps its receive queue to
+/// `RS_QP_MAX_SIZE` (0xFFFE), and 16-bit credit arithmetic needs a count below 2^16.
+pub const MAX_CONN_CREDITS: u16 = 0xFFFE;
+
+/// The largest receive-buffer half a peer may announce: librdmacm's buffer sizes are C
+/// `int`s (so a half is below 2^30), and ours are capped to match.
+pub const MAX_RBUF_HALF: u32 = 1 << 30;
+
+/// The largest iomap table the scaled 8-bit encoding can describe.
+pub const MAX_IOMAP_SIZE: u32 = scale_decode(0xFF);
+
+/// Why connection data is unusable (see [`ConnDataRepr::validate`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BadConnData {
+    /// No initial credits: the peer could never be sent anything.
+    NoCredits,
+    /// More credits than a receive queue can have ([`MAX_CONN_CREDITS`]).
+    TooManyCredits,
+    /// A target SGL with other than [`RS_SGL_SIZE`] entries.
+    TargetSglEntries,
+    /// A target list (SGEs and iomap table) whose addresses wrap past 2^64.
+    TargetListWraps,
+    /// An empty receive-buffer half.
+    EmptyReceiveBuffer,
+    /// A receive-buffer half beyond [`MAX_RBUF_HALF`].
+    ReceiveBufferTooLarge,
+    /// A receive-buffer half whose addresses wrap past 2^64.
+    ReceiveBufferWraps,
+    /// An iomap table beyond what the encoding carries ([`MAX_IOMAP_SIZE`]).
+    IomapTooLarge,
+}
+
+impl BadConnData {
+    /// A static description.
+    pub const fn reason(self) -> &'static str {
+        match self {
+            Self::NoCredits => "connection data grants no credits",
+            Self::TooManyCredits => "connection data grants more credits than a queue holds",
+            Self::TargetSglEntries => "connection data target SGL does not have 2 entries",
+            Self::TargetListWraps => "connection data target list wraps the address space",
+            Self::EmptyReceiveBuffer => "connection data receive buffer is empty",
+            Self::ReceiveBufferTooLarge => "connection data receive buffer is too large",
+            Self::ReceiveBufferWraps => "connection data receive buffer wraps the address space",
+            Self::IomapTooLarge => "connection data iomap table is too large",
+        }
+    }
+}
+
+impl core::fmt::Display for BadConnData {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.reason())
+    }
+}
+
 impl ConnDataRepr {
-    /// Parses; rejects versions other than 1 ([`Error::Version`]) and a target SGL that
-    /// does not have `RS_SGL_SIZE` entries ([`Error::Malformed`]).
+    /// Parses; rejects versions other than 1 ([`Error::Version`]) and anything
+    /// [`validate`](Self::validate) refuses ([`Error::Malformed`]).
     pub fn parse<T: AsRef<[u8]>>(p: &ConnData<T>) -> Result<Self> {
         p.check_len()?;
         if p.version() != RS_CONN_VERSION {
             return Err(Error::Version);
         }
         let target_sgl = p.target_sgl();
-        if target_sgl.length != RS_SGL_SIZE {
-            return Err(Error::Malformed);
-        }
         let flags = p.flags();
-        Ok(Self {
+        let r = Self {
             big_endian: flags & RS_CONN_FLAG_NET != 0,
             iomap: flags & RS_CONN_FLAG_IOMAP != 0,
             credits: p.credits(),
@@ -390,7 +442,52 @@ impl ConnDataRepr {
             },
             target_sgl,
             data_buf: p.data_buf(),
-        })
+        };
+        r.validate().map_err(|_| Error::Malformed)?;
+        Ok(r)
+    }
+
+    /// Checks that every field is within what a librdmacm peer can send: credits in
+    /// `1..=`[`MAX_CONN_CREDITS`], a target SGL of [`RS_SGL_SIZE`] entries, a receive half
+    /// in `1..=`[`MAX_RBUF_HALF`] bytes, an iomap table of at most [`MAX_IOMAP_SIZE`]
+    /// entries, and no region (target list with its iomap table, receive half) that wraps
+    /// the 64-bit address space.
+    ///
+    /// # Errors
+    /// The first field found unusable.
+    pub fn validate(&self) -> core::result::Result<(), BadConnData> {
+        if self.credits == 0 {
+            return Err(BadConnData::NoCredits);
+        }
+        if self.credits > MAX_CONN_CREDITS {
+            return Err(BadConnData::TooManyCredits);
+        }
+        if self.target_sgl.length != RS_SGL_SIZE {
+            return Err(BadConnData::TargetSglEntries);
+        }
+        if self.iomap_size > MAX_IOMAP_SIZE {
+            return Err(BadConnData::IomapTooLarge);
+        }
+        let target_len = u64::from(RS_SGL_SIZE) * RsSge::LEN as u64
+            + u64::from(self.iomap_size) * RsIomap::LEN as u64;
+        if self.target_sgl.addr.checked_add(target_len).is_none() {
+            return Err(BadConnData::TargetListWraps);
+        }
+        if self.data_buf.length == 0 {
+            return Err(BadConnData::EmptyReceiveBuffer);
+        }
+        if self.data_buf.length > MAX_RBUF_HALF {
+            return Err(BadConnData::ReceiveBufferTooLarge);
+        }
+        if self
+            .data_buf
+            .addr
+            .checked_add(u64::from(self.data_buf.length))
+            .is_none()
+        {
+            return Err(BadConnData::ReceiveBufferWraps);
+        }
+        Ok(())
     }
 
     /// Bytes [`emit`](Self::emit) writes.
@@ -655,6 +752,66 @@ mod tests {
     }
 
     #[test]
+    fn conn_data_parse_bounds_every_field() {
+        let good = ConnDataRepr {
+            big_endian: false,
+            iomap: true,
+            credits: 384,
+            iomap_size: 32512,
+            target_sgl: RsSge {
+                addr: 0x7f00_0000_0000,
+                key: 1,
+                length: 2,
+            },
+            data_buf: RsSge {
+                addr: 0x7f00_1000_0000,
+                key: 2,
+                length: MAX_RBUF_HALF,
+            },
+        };
+        let parse =
+            |r: &ConnDataRepr| ConnDataRepr::parse(&ConnData::new_unchecked(&r.to_bytes()[..]));
+        assert_eq!(parse(&good), Ok(good));
+        type Edit = fn(&mut ConnDataRepr);
+        let cases: [(Edit, BadConnData); 8] = [
+            (|r| r.credits = 0, BadConnData::NoCredits),
+            (|r| r.credits = 0xFFFF, BadConnData::TooManyCredits),
+            (|r| r.target_sgl.length = 3, BadConnData::TargetSglEntries),
+            (
+                |r| r.target_sgl.addr = u64::MAX - 31,
+                BadConnData::TargetListWraps,
+            ),
+            (|r| r.data_buf.length = 0, BadConnData::EmptyReceiveBuffer),
+            (
+                |r| r.data_buf.length = MAX_RBUF_HALF + 1,
+                BadConnData::ReceiveBufferTooLarge,
+            ),
+            (
+                |r| r.data_buf.addr = u64::MAX - 5,
+                BadConnData::ReceiveBufferWraps,
+            ),
+            (
+                |r| r.iomap_size = MAX_IOMAP_SIZE + 1,
+                BadConnData::IomapTooLarge,
+            ),
+        ];
+        for (edit, why) in cases {
+            let mut r = good;
+            edit(&mut r);
+            assert_eq!(r.validate(), Err(why), "{why}");
+            if why != BadConnData::IomapTooLarge {
+                // (The scaled byte cannot carry an oversized table.)
+                assert_eq!(parse(&r), Err(Error::Malformed), "{why}");
+            }
+        }
+        // A table that ends exactly at the top of the address space is fine.
+        let mut r = good;
+        r.iomap_size = 0;
+        r.target_sgl.addr = u64::MAX - 32;
+        assert_eq!(r.validate(), Ok(()));
+    }
+
+    #[test]
     fn iomap_size_scaling_matches_librdmacm() {
         for (v, e) in [
             (0, 0),
@@ -775,6 +932,17 @@ mod tests {
         fn conn_data_roundtrip(credits in any::<u16>(), a in any::<u64>(), k in any::<u32>(), l in any::<u32>(), be in any::<bool>(), io in 0u32..=128) {
             let r = ConnDataRepr { big_endian: be, iomap: true, credits, iomap_size: io,
                 target_sgl: RsSge { addr: a, key: k, length: 2 }, data_buf: RsSge { addr: !a, key: !k, length: l } };
+            let parsed = ConnDataRepr::parse(&ConnData::new_unchecked(&r.to_bytes()[..]));
+            match r.validate() {
+                Ok(()) => prop_assert_eq!(parsed, Ok(r)),
+                Err(_) => prop_assert_eq!(parsed, Err(Error::Malformed)),
+            }
+        }
+
+        #[test]
+        fn valid_conn_data_roundtrips(credits in 1..=MAX_CONN_CREDITS, a in 0..=u64::MAX / 2, k in any::<u32>(), l in 1..=MAX_RBUF_HALF, be in any::<bool>(), io in 0u32..=128) {
+            let r = ConnDataRepr { big_endian: be, iomap: true, credits, iomap_size: io,
+                target_sgl: RsSge { addr: a, key: k, length: 2 }, data_buf: RsSge { addr: a + 4096, key: !k, length: l } };
             prop_assert_eq!(ConnDataRepr::parse(&ConnData::new_unchecked(&r.to_bytes()[..])), Ok(r));
         }
     }

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use dp_fabric::{Completion, WcOpcode, WcStatus};
 use dp_rsocket::RsError;
-use dp_rsocket::conn::{RS_SNDLOWAT, Shutdown, StreamConfig, WR_RECV};
+use dp_rsocket::conn::{Buf, RS_SNDLOWAT, RsIo, Shutdown, StreamConfig, Violation, WR_RECV};
 use dp_rsocket::sim::{SimPair, SimSide};
-use dp_rsocket::wire::{RsMsg, RsOp};
+use dp_rsocket::wire::{BadConnData, ConnDataRepr, RsMsg, RsOp};
 use proptest::prelude::*;
 
 fn cfg() -> StreamConfig {
@@ -412,6 +412,530 @@ fn test_peek_leaves_data_queued() {
     let mut all = [0u8; 8];
     assert_eq!(p.b.with(|c, io| c.recv(&mut all, false, io)), Ok(8));
     assert_eq!(&all, b"peekaboo");
+}
+
+// -----------------------------------------------------------------------------------------
+// Hostile peers: every value a peer supplies is checked against what this side granted.
+// A violation is counted, fails the connection (ECONNRESET to the application) and never
+// makes the state machine touch memory outside its own buffers.
+// -----------------------------------------------------------------------------------------
+
+/// A connected pair with the initial credit updates exchanged: each side has granted both
+/// halves of its receive buffer (16 KiB) and 32 message credits.
+fn fresh() -> SimPair {
+    let mut p = SimPair::connect(cfg(), Duration::from_micros(1));
+    p.drive();
+    p
+}
+
+/// Delivers `op | data` to side `s` as if its peer had sent it, with `byte_len` bytes
+/// written, and processes it.
+fn hostile(s: &mut SimSide, op: u32, data: u32, byte_len: u32) {
+    s.inject(RsMsg::new(op, data).0, byte_len);
+    s.progress();
+}
+
+const DATA: u32 = 0;
+const RSVD_DATA_MORE: u32 = 1;
+const WRITE: u32 = 2;
+const RSVD_DRA_MORE: u32 = 3;
+const SGL: u32 = 4;
+const RSVD: u32 = 5;
+const IOMAP_SGL: u32 = 6;
+const CTRL: u32 = 7;
+
+/// Side `s` accepted everything so far.
+fn assert_healthy(s: &SimSide, what: &str) {
+    assert_eq!(s.conn.stats().protocol_errors, 0, "{what}: rejected");
+    assert!(s.conn.is_connected(), "{what}: connection failed");
+    assert_eq!(
+        s.st.bounds_faults(),
+        0,
+        "{what}: access outside a buffer: {:?}",
+        s.st.last_bounds_fault()
+    );
+}
+
+/// Side `s` saw a protocol error, for breaking `rule`: counted, the connection reset (`ECONNRESET` once the
+/// data validated before it is read), and no access outside its own buffers on the way.
+fn assert_protocol_error(s: &mut SimSide, rule: Violation, what: &str) {
+    let rbuf = s.conn.config().rbuf_size as usize;
+    let mut buf = vec![0u8; 1 << 16];
+    let mut last = Ok(0);
+    for _ in 0..64 {
+        last = s.with(|c, io| c.recv(&mut buf, false, io));
+        match last {
+            Ok(n) if n > 0 => assert!(
+                n <= rbuf,
+                "{what}: recv returned {n} bytes, more than the {rbuf}-byte receive buffer \
+                 ({} accesses outside a buffer, the last (buffer, offset, length): {:?})",
+                s.st.bounds_faults(),
+                s.st.last_bounds_fault()
+            ),
+            _ => break,
+        }
+    }
+    assert_eq!(
+        s.st.bounds_faults(),
+        0,
+        "{what}: access outside a buffer (buffer, offset, length): {:?}",
+        s.st.last_bounds_fault()
+    );
+    assert!(
+        s.conn.stats().protocol_errors >= 1,
+        "{what}: no protocol error counted"
+    );
+    assert_eq!(
+        s.conn.stats().last_violation,
+        Some(rule),
+        "{what}: another rule"
+    );
+    assert!(!s.conn.is_connected(), "{what}: connection still up");
+    assert_eq!(last, Err(RsError::ConnReset), "{what}: not a reset");
+    assert_eq!(
+        s.conn.take_so_error(),
+        Some(RsError::Io),
+        "{what}: SO_ERROR"
+    );
+}
+
+#[test]
+fn test_sim_memory_refuses_accesses_outside_a_buffer() {
+    // The detector the tests below rely on: an access past the end of a buffer is refused
+    // and recorded, not wrapped, not a panic.
+    let mut p = fresh();
+    let rbuf = cfg().rbuf_size;
+    let mut two = [0u8; 2];
+    p.b.with(|_, io| {
+        let _ = io.read(Buf::Rbuf, rbuf - 1, &mut two);
+    });
+    assert_eq!(p.b.st.bounds_faults(), 1);
+    assert_eq!(p.b.st.last_bounds_fault(), Some((Buf::Rbuf, rbuf - 1, 2)));
+    p.b.with(|_, io| {
+        let _ = io.write(Buf::Target, cfg().target_len(), &[1]);
+    });
+    assert_eq!(p.b.st.bounds_faults(), 2);
+}
+
+#[test]
+fn test_data_longer_than_granted_is_a_protocol_error() {
+    // The security review's case: a 29-bit length far beyond the receive buffer. recv
+    // must not return more than the buffer holds, nor read past it.
+    let mut p = fresh();
+    hostile(&mut p.b, DATA, 0x1FFF_FFFF, 0x1FFF_FFFF);
+    assert_protocol_error(&mut p.b, Violation::DataBeyondGrant, "length 0x1FFF_FFFF");
+    // Nothing the peer sends after a violation is looked at.
+    hostile(&mut p.b, DATA, 1, 1);
+    assert_eq!(p.b.conn.readable_bytes(), 0);
+    assert_eq!(p.b.conn.stats().protocol_errors, 1);
+    // Just over what was granted: both halves (16 KiB) plus one byte.
+    let mut p = fresh();
+    let granted = cfg().rbuf_size;
+    hostile(&mut p.b, DATA, granted + 1, granted + 1);
+    assert_protocol_error(&mut p.b, Violation::DataBeyondGrant, "granted + 1");
+    // Before the first credit update only the first half is granted (both messages are
+    // processed in one batch, before b's first credit update).
+    let mut p = SimPair::connect(cfg(), Duration::from_micros(1));
+    let half = cfg().rbuf_size / 2;
+    p.b.inject(RsMsg::new(DATA, half).0, half);
+    p.b.inject(RsMsg::new(DATA, 1).0, 1);
+    p.b.progress();
+    assert_protocol_error(
+        &mut p.b,
+        Violation::DataBeyondGrant,
+        "beyond the half in the connection data",
+    );
+}
+
+#[test]
+fn test_data_crossing_the_end_of_its_half_is_a_protocol_error() {
+    // Both halves are granted, so 8193 bytes are within the grant, but a librdmacm sender
+    // clips every chunk to its target entry: no message crosses from one half into the
+    // next.
+    let mut p = fresh();
+    let half = cfg().rbuf_size / 2;
+    hostile(&mut p.b, DATA, 100, 100);
+    assert_healthy(&p.b, "100 bytes");
+    hostile(&mut p.b, DATA, half - 99, half - 99);
+    assert_protocol_error(
+        &mut p.b,
+        Violation::DataCrossesHalf,
+        "crossing from the first half into the second",
+    );
+}
+
+#[test]
+fn test_data_crossing_the_end_of_rbuf_is_a_protocol_error() {
+    let mut p = fresh();
+    let half = cfg().rbuf_size / 2;
+    // The first half, filled and read: it is granted again (after the second).
+    hostile(&mut p.b, DATA, half, half);
+    let mut buf = vec![0u8; half as usize];
+    assert_eq!(
+        p.b.with(|c, io| c.recv(&mut buf, false, io)),
+        Ok(half as usize)
+    );
+    p.b.progress();
+    // Most of the second half.
+    hostile(&mut p.b, DATA, half - 192, half - 192);
+    assert_healthy(&p.b, "honest pattern");
+    // 400 bytes are granted (192 at the end, a whole half after the wrap), but they would
+    // run past the end of the receive buffer.
+    hostile(&mut p.b, DATA, 400, 400);
+    assert_protocol_error(
+        &mut p.b,
+        Violation::DataCrossesHalf,
+        "crossing the end of rbuf",
+    );
+}
+
+#[test]
+fn test_data_filling_every_grant_exactly_is_accepted() {
+    // The honest pattern at its limits: each half filled to its last byte in chunks that
+    // end exactly at the half's end, read, granted again, for several laps.
+    let mut p = fresh();
+    let half = cfg().rbuf_size / 2;
+    let mut buf = vec![0u8; cfg().rbuf_size as usize];
+    for lap in 0..6 {
+        hostile(&mut p.b, DATA, half - 1000, half - 1000);
+        hostile(&mut p.b, DATA, 1000, 1000);
+        assert_healthy(&p.b, "a half in two chunks");
+        assert_eq!(
+            p.b.with(|c, io| c.recv(&mut buf, false, io)),
+            Ok(half as usize),
+            "lap {lap}"
+        );
+        p.b.progress();
+    }
+}
+
+#[test]
+fn test_empty_data_is_a_protocol_error() {
+    let mut p = fresh();
+    hostile(&mut p.b, DATA, 0, 0);
+    assert_protocol_error(&mut p.b, Violation::EmptyData, "zero-length data");
+}
+
+#[test]
+fn test_data_byte_len_differing_from_its_immediate_is_a_protocol_error() {
+    // The immediate claims more than the write carried: recv would return stale bytes.
+    let mut p = fresh();
+    hostile(&mut p.b, DATA, 100, 4);
+    assert_protocol_error(
+        &mut p.b,
+        Violation::DataLenMismatch,
+        "immediate longer than the write",
+    );
+    // Or less: the rest landed unannounced.
+    let mut p = fresh();
+    hostile(&mut p.b, DATA, 100, 200);
+    assert_protocol_error(
+        &mut p.b,
+        Violation::DataLenMismatch,
+        "immediate shorter than the write",
+    );
+}
+
+#[test]
+fn test_data_beyond_message_credits_is_a_protocol_error() {
+    // Exactly rq_size (32) messages are granted; the 33rd is one too many.
+    let mut p = fresh();
+    for _ in 0..32 {
+        hostile(&mut p.b, DATA, 1, 1);
+    }
+    assert_healthy(&p.b, "32 messages on 32 credits");
+    hostile(&mut p.b, DATA, 1, 1);
+    assert_protocol_error(
+        &mut p.b,
+        Violation::DataBeyondCredits,
+        "33 messages on 32 credits",
+    );
+    // Credits are what was granted, not the room in the queue: after the application read
+    // 10 messages (no credit update yet: fewer than rq_size/2 consumed), the limit is
+    // still 32 messages in all.
+    let mut p = fresh();
+    for _ in 0..32 {
+        hostile(&mut p.b, DATA, 1, 1);
+    }
+    let mut ten = [0u8; 10];
+    assert_eq!(p.b.with(|c, io| c.recv(&mut ten, false, io)), Ok(10));
+    p.b.progress();
+    assert_eq!(
+        p.b.conn.stats().credit_msgs_sent,
+        1,
+        "no new credits granted"
+    );
+    hostile(&mut p.b, DATA, 1, 1);
+    assert_protocol_error(
+        &mut p.b,
+        Violation::DataBeyondCredits,
+        "33 messages on 32 credits, 10 of them read",
+    );
+}
+
+#[test]
+fn test_message_credits_are_exact_across_u16_wrap() {
+    // Honest traffic until the 16-bit sequence numbers are about to wrap, then the exact
+    // limit straddling the wrap.
+    let mut p = fresh();
+    let mut buf = [0u8; 64];
+    let mut delivered = 0u32;
+    let rounds = |n: u32, p: &mut SimPair, buf: &mut [u8], delivered: &mut u32| {
+        for _ in 0..n {
+            let mut k = 0;
+            while k < 32 {
+                match p.a.with(|c, io| c.send(&[k as u8], io)) {
+                    Ok(1) => k += 1,
+                    Err(RsError::WouldBlock) => {
+                        p.drive();
+                    }
+                    r => panic!("send: {r:?}"),
+                };
+            }
+            p.drive();
+            let n = p.b.with(|c, io| c.recv(buf, false, io)).unwrap();
+            *delivered += n as u32;
+            p.b.progress();
+            p.drive();
+        }
+    };
+    // 2047 rounds of 32 one-byte messages: 65504 messages.
+    rounds(2047, &mut p, &mut buf, &mut delivered);
+    assert_eq!(delivered, 65504);
+    // 20 more: consumed 65524, and b grants 65524 + 32 = 65556, i.e. 20 after the wrap.
+    for k in 0..20u8 {
+        p.a.with(|c, io| c.send(&[k], io)).unwrap();
+        p.drive();
+    }
+    assert_eq!(p.b.with(|c, io| c.recv(&mut buf, false, io)), Ok(20));
+    p.b.progress();
+    p.drive();
+    assert_healthy(&p.a, "a after 65524 messages");
+    assert_healthy(&p.b, "b after 65524 messages");
+    // The peer may now send exactly 32 more (65525 ..= 65556): accepted across the wrap.
+    for _ in 0..32 {
+        hostile(&mut p.b, DATA, 1, 1);
+    }
+    assert_healthy(&p.b, "32 messages across the wrap");
+    hostile(&mut p.b, DATA, 1, 1);
+    assert_protocol_error(
+        &mut p.b,
+        Violation::DataBeyondCredits,
+        "the 33rd message across the wrap",
+    );
+}
+
+#[test]
+fn test_credit_update_moving_the_limit_backwards_is_a_protocol_error() {
+    let mut p = fresh();
+    // b granted 0 + 32 in its first credit update. a sends 5.
+    for _ in 0..5 {
+        p.a.with(|c, io| c.send(b"x", io)).unwrap();
+    }
+    p.drive();
+    // The same limit again is fine (a credit update that only returns buffer space).
+    hostile(&mut p.a, SGL, 32, 16);
+    assert_healthy(&p.a, "the same limit again");
+    hostile(&mut p.a, SGL, 31, 0);
+    assert_protocol_error(&mut p.a, Violation::CreditBackwards, "limit 32 -> 31");
+}
+
+#[test]
+fn test_credit_update_beyond_the_peers_receive_queue_is_a_protocol_error() {
+    // librdmacm grants rseq_no + rq_size: never more than rq_size (the credits in the
+    // connection data) beyond what we sent.
+    let mut p = fresh();
+    for _ in 0..5 {
+        p.a.with(|c, io| c.send(b"x", io)).unwrap();
+    }
+    p.drive();
+    // At most 5 consumed: 37 is the largest honest limit (rseq_no 5 + rq_size 32).
+    hostile(&mut p.a, SGL, 37, 0);
+    assert_healthy(&p.a, "limit sseq_no + rq_size");
+    hostile(&mut p.a, SGL, 38, 0);
+    assert_protocol_error(
+        &mut p.a,
+        Violation::CreditBeyondPeerQueue,
+        "limit sseq_no + rq_size + 1",
+    );
+    // The 29-bit field carries rseq_no + rq_size untruncated (at most 0xFFFF + 0xFFFE);
+    // its low 16 bits are the limit. 0x2_0020 truncates to an honest 32, but no peer can
+    // send it.
+    let mut p = fresh();
+    hostile(&mut p.a, SGL, 0x2_0020, 0);
+    assert_protocol_error(&mut p.a, Violation::CreditBeyondPeerQueue, "limit 0x2_0020");
+    let mut p = fresh();
+    hostile(&mut p.a, SGL, 0x1FFF_FFFF, 0);
+    assert_protocol_error(
+        &mut p.a,
+        Violation::CreditBeyondPeerQueue,
+        "limit 0x1FFF_FFFF",
+    );
+}
+
+#[test]
+fn test_credit_update_before_establish_is_checked_against_the_connection_data() {
+    // The passive side's first credit update can overtake the connection event on the
+    // active side: honest, it grants exactly the credits of the connection data.
+    let mut p = SimPair::unestablished(cfg(), cfg(), Duration::from_micros(1));
+    hostile(&mut p.a, SGL, 32, 16);
+    let (ra, rb) = p.establish_with(|_, _| {});
+    assert_eq!((ra, rb), (Ok(()), Ok(())));
+    p.drive();
+    assert_healthy(&p.a, "early honest credit update");
+    // More than the peer's receive queue allows.
+    let mut p = SimPair::unestablished(cfg(), cfg(), Duration::from_micros(1));
+    hostile(&mut p.a, SGL, 33, 16);
+    let (ra, _) = p.establish_with(|_, _| {});
+    assert_eq!(ra, Err(RsError::Invalid), "early limit 33 on 32 credits");
+    assert_eq!(p.a.conn.stats().protocol_errors, 1);
+    assert_eq!(
+        p.a.conn.stats().last_violation,
+        Some(Violation::CreditBeyondPeerQueue)
+    );
+    assert!(!p.a.conn.is_connected());
+    // Or a second early update behind the first.
+    let mut p = SimPair::unestablished(cfg(), cfg(), Duration::from_micros(1));
+    hostile(&mut p.a, SGL, 32, 16);
+    hostile(&mut p.a, SGL, 31, 0);
+    assert_eq!(
+        p.a.conn.stats().last_violation,
+        Some(Violation::CreditBackwards)
+    );
+    let (ra, _) = p.establish_with(|_, _| {});
+    assert!(ra.is_err(), "established after a violation");
+}
+
+#[test]
+fn test_iomap_index_beyond_the_advertised_size_is_a_protocol_error() {
+    // b advertised 4 iomap entries.
+    let mut p = fresh();
+    hostile(&mut p.b, IOMAP_SGL, 3, 24);
+    assert_healthy(&p.b, "index 3 of 4");
+    hostile(&mut p.b, IOMAP_SGL, 4, 24);
+    assert_protocol_error(&mut p.b, Violation::IomapIndex, "index 4 of 4");
+    let c = StreamConfig {
+        target_iomap_size: 0,
+        ..cfg()
+    };
+    let mut p = SimPair::connect(c, Duration::from_micros(1));
+    p.drive();
+    hostile(&mut p.b, IOMAP_SGL, 0, 24);
+    assert_protocol_error(
+        &mut p.b,
+        Violation::IomapIndex,
+        "index 0 with no iomap table",
+    );
+}
+
+#[test]
+fn test_write_op_in_an_immediate_is_a_protocol_error() {
+    // riowrite is a plain RDMA WRITE: Write is a local tag, never an immediate.
+    let mut p = fresh();
+    hostile(&mut p.b, WRITE, 100, 100);
+    assert_protocol_error(&mut p.b, Violation::WriteImm, "Write in an immediate");
+}
+
+#[test]
+fn test_reserved_ops_are_protocol_errors() {
+    for op in [RSVD_DATA_MORE, RSVD_DRA_MORE, RSVD] {
+        let mut p = fresh();
+        hostile(&mut p.b, op, 1, 0);
+        assert_protocol_error(
+            &mut p.b,
+            Violation::ReservedOp,
+            &format!("reserved op {op}"),
+        );
+    }
+}
+
+#[test]
+fn test_unknown_control_values_are_protocol_errors() {
+    // Keepalive (1) is a local tag: keepalives are writes without immediate.
+    for code in [1, 3, 0x1FFF_FFFF] {
+        let mut p = fresh();
+        hostile(&mut p.b, CTRL, code, 0);
+        assert_protocol_error(
+            &mut p.b,
+            Violation::UnknownCtrl,
+            &format!("control code {code:#x}"),
+        );
+    }
+}
+
+#[test]
+fn test_control_messages_with_a_payload_of_the_wrong_size_are_protocol_errors() {
+    // Credit updates carry one 16-byte SGE or nothing; iomap updates one 24-byte entry;
+    // control messages nothing.
+    let mut p = fresh();
+    hostile(&mut p.a, SGL, 32, 17);
+    assert_protocol_error(
+        &mut p.a,
+        Violation::CreditLen,
+        "credit update with 17 bytes",
+    );
+    let mut p = fresh();
+    hostile(&mut p.b, IOMAP_SGL, 0, 16);
+    assert_protocol_error(&mut p.b, Violation::IomapLen, "iomap update with 16 bytes");
+    let mut p = fresh();
+    hostile(&mut p.b, CTRL, 2, 8);
+    assert_protocol_error(&mut p.b, Violation::CtrlLen, "shutdown with 8 bytes");
+}
+
+#[test]
+fn test_conn_data_out_of_bounds_is_rejected() {
+    type Tamper = fn(&mut ConnDataRepr);
+    let cases: [(&str, Tamper, BadConnData); 8] = [
+        ("no credits", |d| d.credits = 0, BadConnData::NoCredits),
+        (
+            "credits beyond RS_QP_MAX_SIZE",
+            |d| d.credits = 0xFFFF,
+            BadConnData::TooManyCredits,
+        ),
+        (
+            "empty receive half",
+            |d| d.data_buf.length = 0,
+            BadConnData::EmptyReceiveBuffer,
+        ),
+        (
+            "receive half beyond 2^30",
+            |d| d.data_buf.length = (1 << 30) + 1,
+            BadConnData::ReceiveBufferTooLarge,
+        ),
+        (
+            "receive half ending past 2^64",
+            |d| d.data_buf.addr = u64::MAX - 100,
+            BadConnData::ReceiveBufferWraps,
+        ),
+        (
+            "target list ending past 2^64",
+            |d| d.target_sgl.addr = u64::MAX - 20,
+            BadConnData::TargetListWraps,
+        ),
+        (
+            "3 target entries",
+            |d| d.target_sgl.length = 3,
+            BadConnData::TargetSglEntries,
+        ),
+        (
+            "iomap table beyond 32512 entries",
+            |d| d.iomap_size = 40_000,
+            BadConnData::IomapTooLarge,
+        ),
+    ];
+    for (what, tamper, why) in cases {
+        let mut p = SimPair::unestablished(cfg(), cfg(), Duration::from_micros(1));
+        let (ra, rb) = p.establish_with(|_, db| tamper(db));
+        assert!(ra.is_err(), "{what}: accepted");
+        assert_eq!(rb, Ok(()), "{what}: the honest side");
+        assert!(p.a.conn.stats().protocol_errors >= 1, "{what}: not counted");
+        assert_eq!(
+            p.a.conn.stats().last_violation,
+            Some(Violation::ConnData(why)),
+            "{what}"
+        );
+        assert!(!p.a.conn.is_connected(), "{what}: connected");
+    }
 }
 
 proptest! {

@@ -249,6 +249,32 @@ impl Region {
         ))
     }
 
+    /// [`Region::new`] for a shareable region that is handed to one peer once: the memfd is
+    /// returned to the caller instead of being kept by the region, so a process with many
+    /// such regions (one per connection, say) does not hold a descriptor for each. The
+    /// region is not listed in the [`registry`] and its
+    /// [`share_handle`](Region::share_handle) is `None`; the mapping stays valid after the
+    /// caller closes the descriptor.
+    ///
+    /// # Errors
+    ///
+    /// As [`Region::new`]; [`MemError::InvalidConfig`] for a config that is not shareable.
+    pub fn new_handing_off(cfg: &RegionConfig) -> Result<(Self, OwnedFd), MemError> {
+        if !cfg.shareable {
+            return Err(MemError::InvalidConfig {
+                name: cfg.name.clone(),
+                reason: "only a shareable region has a memfd to hand off; set shareable(true)",
+            });
+        }
+        let mut r = Self::new(cfg)?;
+        registry::remove(r.as_ptr() as usize, r.id);
+        let file = r.file.take().ok_or_else(|| MemError::InvalidConfig {
+            name: cfg.name.clone(),
+            reason: "the region came out without a memfd",
+        })?;
+        Ok((r, OwnedFd::from(file)))
+    }
+
     /// Maps a peer's shareable region from its memfd, read-write and
     /// `MAP_SHARED`, pre-faulted (and `mlock`ed for normal pages).
     ///

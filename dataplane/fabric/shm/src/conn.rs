@@ -20,7 +20,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::core::DevCore;
-use crate::layout::{DOORBELL_SLOTS, Doorbell, KeyTable, QpSegLayout, QpSegView};
+use crate::layout::{
+    DOORBELL_SLOTS, Doorbell, MAX_KEY_SLOTS, QpSegLayout, QpSegView, key_table_len,
+};
 use crate::link::{ConnState, Link};
 use crate::msg::{EndpointInfo, Msg, RegionDesc};
 use crate::rc::{ConnHook, Peer, QpCore};
@@ -188,7 +190,7 @@ pub(crate) fn map_peer(dev: &DevCore, ep: &EndpointInfo, fds: Vec<OwnedFd>) -> R
     let page = |n: usize| n.next_multiple_of(4096) as u64;
     if ep.qp_seg_len > QpSegLayout::MAX_TOTAL as u64
         || ep.cq_seg_len != page(size_of::<Doorbell>())
-        || ep.kt_seg_len != page(size_of::<KeyTable>())
+        || ep.kt_seg_len > page(key_table_len(MAX_KEY_SLOTS))
     {
         return Err(FabricError::Protocol(
             "peer endpoint announces impossible segment sizes",
@@ -234,11 +236,12 @@ fn dup(fd: BorrowedFd<'_>) -> Result<OwnedFd> {
 
 /// Describes our side of `core` to a peer.
 pub(crate) fn our_endpoint(core: &QpCore, conn: &Conn) -> Result<(EndpointInfo, Vec<OwnedFd>)> {
+    // A queue pair is described to its one peer once: its segment's descriptor goes with
+    // the description and is not kept.
+    let seg_fd = lock(&core.seg_fd).take().ok_or(FabricError::BadState(
+        "queue pair described to a peer already",
+    ))?;
     let (regions, region_fds) = core.pd.exports_for_new_conn(&conn.link)?;
-    let seg_fd = core
-        .seg
-        .share_handle()
-        .ok_or(FabricError::BadState("segment not shareable"))?;
     let db = core
         .recv_cq
         .db_seg
@@ -249,7 +252,7 @@ pub(crate) fn our_endpoint(core: &QpCore, conn: &Conn) -> Result<(EndpointInfo, 
         .kt_seg
         .share_handle()
         .ok_or(FabricError::BadState("key table not shareable"))?;
-    let mut fds = vec![dup(seg_fd.fd)?, dup(db.fd)?, dup(kt.fd)?];
+    let mut fds = vec![seg_fd, dup(db.fd)?, dup(kt.fd)?];
     fds.extend(region_fds);
     let ep = EndpointInfo {
         ctx_id: core.dev.ctx_id,

@@ -11,7 +11,7 @@ use std::sync::{Arc, Weak};
 use crate::cm::ShmCm;
 use crate::core::{DevCore, MAX_CTX, ShmStats};
 use crate::cq::ShmCq;
-use crate::layout::UD_MTU;
+use crate::layout::{DEFAULT_KEY_SLOTS, UD_MTU};
 use crate::msg::Msg;
 use crate::pd::ShmPd;
 use crate::service::{Registry, Service, Watch, wait_readable};
@@ -174,6 +174,16 @@ impl ShmDevice {
         &self.inner.dir
     }
 
+    /// A protection domain with room for `slots` registrations (1 to 4096). The default
+    /// ([`Device::alloc_pd`]) has room for 256 and costs 16 KiB; each slot costs 64 bytes
+    /// of shared memory.
+    ///
+    /// # Errors
+    /// `slots` out of range; creating the key table's segment.
+    pub fn alloc_pd_with_slots(&self, slots: usize) -> Result<ShmPd> {
+        ShmPd::new(&self.inner, slots)
+    }
+
     /// Device counters.
     pub fn stats(&self) -> &ShmStats {
         &self.inner.stats
@@ -188,7 +198,7 @@ impl Device for ShmDevice {
     }
 
     fn alloc_pd(&self) -> Result<ShmPd> {
-        ShmPd::new(&self.inner)
+        ShmPd::new(&self.inner, DEFAULT_KEY_SLOTS)
     }
 
     fn create_cq(&self, depth: u32) -> Result<ShmCq> {

@@ -92,8 +92,12 @@ impl SegHeader {
 // Key table
 // ---------------------------------------------------------------------------------------
 
-/// Memory-region slots per protection domain.
-pub(crate) const KEY_SLOTS: usize = 4096;
+/// Most memory-region slots a protection domain's key table may have (the key's index
+/// bits).
+pub(crate) const MAX_KEY_SLOTS: usize = 1 << KEY_INDEX_BITS;
+/// Slots of a protection domain's key table unless asked otherwise: 16 KiB of table, small
+/// enough for a domain per connection.
+pub(crate) const DEFAULT_KEY_SLOTS: usize = 256;
 /// Bits of a key that index the table.
 pub(crate) const KEY_INDEX_BITS: u32 = 12;
 const KEY_INDEX_MASK: u32 = (1 << KEY_INDEX_BITS) - 1;
@@ -107,15 +111,15 @@ pub(crate) struct KeyEntry {
     key: AtomicU32,
     /// [`Access`](dp_fabric::Access) bits.
     access: AtomicU32,
-    /// Slot of the containing region in the owner's export table (`u32::MAX`: not
-    /// exported, local only).
+    /// Slot of the registration in the owner's export table (`u32::MAX`: not exported,
+    /// local only).
     region_slot: AtomicU32,
     _pad: u32,
     /// Virtual address of the first byte in the owner's address space.
     base: AtomicU64,
     /// Length in bytes.
     len: AtomicU64,
-    /// Offset of the first byte within the exported region.
+    /// Offset of the first byte within the export.
     region_off: AtomicU64,
 }
 const _: () = assert!(size_of::<KeyEntry>() == 64);
@@ -144,14 +148,33 @@ impl KeySnap {
     }
 }
 
-/// The key table: header plus [`KEY_SLOTS`] entries.
+/// Fixed part of a key table; `slots` [`KeyEntry`]s follow it.
 #[repr(C)]
-pub(crate) struct KeyTable {
+pub(crate) struct KeyTableHeader {
     pub hdr: SegHeader,
-    _pad: [u8; 32],
-    entries: [KeyEntry; KEY_SLOTS],
+    /// Number of entries.
+    pub slots: u32,
+    _pad: [u8; 28],
 }
-const _: () = assert!(size_of::<KeyTable>() == 64 + 64 * KEY_SLOTS);
+const _: () = assert!(size_of::<KeyTableHeader>() == 64);
+
+/// Bytes of a key table with `slots` entries.
+pub(crate) const fn key_table_len(slots: usize) -> usize {
+    size_of::<KeyTableHeader>() + slots * size_of::<KeyEntry>()
+}
+
+/// Typed access to a mapped key table: header plus its entries.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KeyTable {
+    base: *const u8,
+    slots: usize,
+}
+
+// SAFETY: entries are reached through atomics only; the mapping is kept alive by the
+// view's owner.
+unsafe impl Send for KeyTable {}
+// SAFETY: as above.
+unsafe impl Sync for KeyTable {}
 
 /// Splits a key into (index, generation).
 #[inline]
@@ -166,9 +189,63 @@ pub(crate) const fn make_key(index: usize, generation: u32) -> u32 {
 }
 
 impl KeyTable {
-    /// Writes a fresh header into zeroed memory.
-    pub(crate) fn init(&mut self, ctx_id: u32) {
-        self.hdr = SegHeader::new(SegKind::KeyTable, size_of::<Self>(), ctx_id);
+    /// Formats zeroed memory as a table of `slots` entries.
+    ///
+    /// # Safety
+    /// `base` must point to `key_table_len(slots)` writable, zero-filled, 64-aligned bytes
+    /// that nobody else has yet and that stay mapped for the life of every view.
+    pub(crate) unsafe fn init(base: *mut u8, slots: usize, ctx_id: u32) -> Self {
+        debug_assert!(slots <= MAX_KEY_SLOTS);
+        let h = base.cast::<KeyTableHeader>();
+        // SAFETY: valid, aligned, not yet shared (caller's contract): plain writes.
+        unsafe {
+            (&raw mut (*h).hdr).write(SegHeader::new(
+                SegKind::KeyTable,
+                key_table_len(slots),
+                ctx_id,
+            ));
+            (&raw mut (*h).slots).write(slots as u32);
+        }
+        Self { base, slots }
+    }
+
+    /// Validates and views a peer's key table.
+    ///
+    /// # Safety
+    /// `base` must point to `mapped` readable bytes, 64-aligned, that stay mapped for the
+    /// life of the view.
+    pub(crate) unsafe fn attach(base: *const u8, mapped: usize) -> Result<Self, &'static str> {
+        if mapped < size_of::<KeyTableHeader>() {
+            return Err("peer key table too small");
+        }
+        // SAFETY: a header's worth of bytes is mapped (checked above).
+        let h = unsafe { &*base.cast::<KeyTableHeader>() };
+        h.hdr.check(SegKind::KeyTable, mapped)?;
+        let slots = h.slots as usize;
+        if slots > MAX_KEY_SLOTS || key_table_len(slots) > mapped {
+            return Err("peer key table has an impossible number of entries");
+        }
+        Ok(Self { base, slots })
+    }
+
+    /// Number of entries.
+    pub(crate) fn slots(&self) -> usize {
+        self.slots
+    }
+
+    #[inline]
+    fn entry(&self, idx: usize) -> Option<&KeyEntry> {
+        if idx >= self.slots {
+            return None;
+        }
+        // SAFETY: idx < slots, and the table's mapping holds `slots` entries after the
+        // header (init/attach).
+        Some(unsafe {
+            &*self
+                .base
+                .add(size_of::<KeyTableHeader>() + idx * size_of::<KeyEntry>())
+                .cast::<KeyEntry>()
+        })
     }
 
     /// Reads the registration `key` names, or `None` if the key is not (or no longer)
@@ -180,7 +257,7 @@ impl KeyTable {
         if generation == 0 {
             return None;
         }
-        let e = self.entries.get(idx)?;
+        let e = self.entry(idx)?;
         for _ in 0..4 {
             // K1: Acquire, pairs with K4 in `publish`/`revoke`: the fields read below are
             // at least as new as this sequence value.
@@ -210,7 +287,10 @@ impl KeyTable {
     /// Writes a registration into slot `idx`. Only the owner calls this, serialised by its
     /// protection-domain lock.
     pub(crate) fn publish(&self, idx: usize, snap: &KeySnap) {
-        let e = &self.entries[idx];
+        let Some(e) = self.entry(idx) else {
+            debug_assert!(false, "publishing key slot {idx} of {}", self.slots);
+            return;
+        };
         let s = e.seq.load(Ordering::Relaxed);
         // Relaxed store of the odd value, then K5: Release fence so no field write below
         // becomes visible before the odd sequence (pairs with K2 in `lookup`).
@@ -228,7 +308,9 @@ impl KeyTable {
 
     /// Invalidates slot `idx`: every key naming it stops working at once.
     pub(crate) fn revoke(&self, idx: usize) {
-        let e = &self.entries[idx];
+        let Some(e) = self.entry(idx) else {
+            return;
+        };
         let s = e.seq.load(Ordering::Relaxed);
         e.seq.store(s | 1, Ordering::Relaxed);
         fence(Ordering::Release); // K5, as in `publish`.

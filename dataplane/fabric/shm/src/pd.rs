@@ -23,7 +23,7 @@ use mempool::memory::Region;
 
 use crate::Shm;
 use crate::core::DevCore;
-use crate::layout::{KEY_SLOTS, KeySnap, KeyTable, make_key};
+use crate::layout::{KeySnap, KeyTable, MAX_KEY_SLOTS, key_table_len, make_key};
 use crate::link::Link;
 use crate::msg::{MAX_REGIONS, Msg, RegionDesc};
 use crate::share::{self, Share};
@@ -56,21 +56,14 @@ pub(crate) struct PdInner {
     _dev: Arc<DevCore>,
     pub id: u64,
     pub kt_seg: Arc<Region>,
+    kt: KeyTable,
     state: Mutex<PdState>,
 }
-
-// SAFETY: the raw key-table pointer is derived from kt_seg, which the struct keeps alive;
-// the table is accessed only through atomics.
-unsafe impl Send for PdInner {}
-// SAFETY: as above.
-unsafe impl Sync for PdInner {}
 
 impl PdInner {
     #[inline]
     pub(crate) fn kt(&self) -> &KeyTable {
-        // SAFETY: kt_seg is at least size_of::<KeyTable>() long (created so) and lives as
-        // long as self.
-        unsafe { &*self.kt_seg.as_ptr().cast::<KeyTable>() }
+        &self.kt
     }
 
     /// Checks a local scatter/gather entry and returns its address, or `None` (local
@@ -131,8 +124,9 @@ impl PdInner {
         let mut st = lock(&self.state);
         let idx = st.free.pop().ok_or(FabricError::Exhausted {
             what: "memory regions in this protection domain",
-            limit: KEY_SLOTS as u64,
-            hint: "register fewer, larger regions (e.g. one per mempool)",
+            limit: self.kt.slots() as u64,
+            hint: "register fewer, larger regions (e.g. one per mempool), or make the \
+                   protection domain with ShmDevice::alloc_pd_with_slots",
         })?;
         let (region_slot, region_off) = match export {
             None => (u32::MAX, 0),
@@ -238,25 +232,32 @@ impl core::fmt::Debug for ShmPd {
 }
 
 impl ShmPd {
-    pub(crate) fn new(dev: &Arc<DevCore>) -> Result<Self> {
+    pub(crate) fn new(dev: &Arc<DevCore>, slots: usize) -> Result<Self> {
+        if slots == 0 || slots > MAX_KEY_SLOTS {
+            return Err(FabricError::InvalidArgument {
+                what: "key slots of a protection domain",
+                why: format!("{slots} is outside 1..={MAX_KEY_SLOTS}"),
+            });
+        }
         let id = dev.next_id();
-        let kt_seg = dev.new_segment(&format!("pd{id}"), size_of::<KeyTable>())?;
-        // SAFETY: the fresh segment is zeroed, page aligned and big enough; nobody else has
-        // it yet.
-        unsafe { (*kt_seg.as_ptr().cast::<KeyTable>()).init(dev.ctx_id) };
+        let kt_seg = dev.new_segment(&format!("pd{id}"), key_table_len(slots))?;
+        // SAFETY: the fresh segment is zeroed, page aligned and key_table_len(slots) long;
+        // nobody else has it yet; kt_seg is kept alive beside the view.
+        let kt = unsafe { KeyTable::init(kt_seg.as_ptr(), slots, dev.ctx_id) };
         // Peers only read the key table: from now on they can map it read-only only.
         kt_seg.seal_future_write().map_err(|e| FabricError::Io {
             op: "sealing the key table against peers' writes",
             source: std::io::Error::other(e),
         })?;
-        let free = (0..KEY_SLOTS as u32).rev().collect();
+        let free = (0..slots as u32).rev().collect();
         Ok(Self {
             inner: Arc::new(PdInner {
                 _dev: dev.clone(),
                 id,
                 kt_seg,
+                kt,
                 state: Mutex::new(PdState {
-                    gens: vec![0; KEY_SLOTS],
+                    gens: vec![0; slots],
                     free,
                     exports: Vec::new(),
                     links: Vec::new(),

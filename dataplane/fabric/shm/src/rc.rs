@@ -23,9 +23,10 @@
 //! outstanding, and everything posted later, with `WR_FLUSH_ERR`.
 
 use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use mempool::memory::Region;
 use mempool::ring::{Consumer, Multi, Producer, Ring, Single};
@@ -37,6 +38,7 @@ use crate::layout::{Doorbell, Inbound, QpSegLayout, QpSegView, Reserve, inbound_
 use crate::pd::PdInner;
 use crate::place::place;
 use crate::remote::{PeerExport, PeerExports, RemoteKt};
+use crate::seg::new_segment_handing_off;
 use dp_fabric::error::{FabricError, PostError, PostErrorKind, Result};
 use dp_fabric::sync::SpinLock;
 use dp_fabric::traits::ConnId;
@@ -141,6 +143,8 @@ pub(crate) struct QpCore {
     pub conn: ConnId,
     pub pd: Arc<PdInner>,
     pub seg: Arc<Region>,
+    /// The segment's memfd until it is sent to the peer (a queue pair has one peer, once).
+    pub seg_fd: Mutex<Option<OwnedFd>>,
     pub view: QpSegView,
     pub caps: QpCaps,
     pub send_cq: Arc<CqShared>,
@@ -754,13 +758,14 @@ impl QpCore {
         let qpn = dev.alloc_qpn()?;
         let rq_cap = caps.max_recv_wr.next_power_of_two();
         let layout = QpSegLayout::new(rq_cap, dev.cfg.bounce_bytes);
-        let seg = match dev.new_segment(&format!("qp{qpn:x}"), layout.total) {
-            Ok(s) => s,
-            Err(e) => {
-                dev.free_qpn(qpn);
-                return Err(e);
-            }
-        };
+        let (seg, seg_fd) =
+            match new_segment_handing_off(dev.ctx_id, &format!("qp{qpn:x}"), layout.total) {
+                Ok(s) => s,
+                Err(e) => {
+                    dev.free_qpn(qpn);
+                    return Err(e);
+                }
+            };
         // SAFETY: the fresh segment is zeroed, page aligned, layout.total bytes long, and
         // kept alive by QpCore alongside every view.
         let view = unsafe { QpSegView::init(seg.as_ptr(), layout, qpn, dev.ctx_id) };
@@ -791,6 +796,7 @@ impl QpCore {
             conn,
             pd: pd.clone(),
             seg,
+            seg_fd: Mutex::new(Some(seg_fd)),
             view,
             caps,
             send_cq: send_cq.clone(),

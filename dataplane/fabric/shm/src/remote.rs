@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use mempool::memory::Region;
 
-use crate::layout::{KeySnap, KeyTable, SegKind};
+use crate::layout::{KeySnap, KeyTable};
 use crate::msg::{MAX_REGIONS, RegionDesc};
 use crate::seg::{map_segment, map_segment_read_only};
 use dp_fabric::error::{FabricError, Result};
@@ -21,34 +21,28 @@ use dp_fabric::types::Access;
 
 /// A peer's key table, mapped read-only.
 pub(crate) struct RemoteKt {
-    kt_seg: Arc<Region>,
+    /// The view's mapping, kept alive with it.
+    _kt_seg: Arc<Region>,
+    kt: KeyTable,
 }
-
-// SAFETY: the key table is reached through atomics only; the mapping is Arc'd.
-unsafe impl Send for RemoteKt {}
-// SAFETY: as above.
-unsafe impl Sync for RemoteKt {}
 
 impl RemoteKt {
     /// Maps and validates a peer's key table.
     pub(crate) fn map(kt_fd: OwnedFd, kt_len: u64) -> Result<Self> {
         let kt_seg = map_segment_read_only(kt_fd, kt_len, 4096, "peer-keytable")?;
-        if kt_seg.len() < size_of::<KeyTable>() {
-            return Err(FabricError::Protocol("peer key table too small"));
-        }
-        // SAFETY: mapped, page aligned, at least one KeyTable long (checked above); only
-        // read (through atomics).
-        let kt = unsafe { &*kt_seg.as_ptr().cast::<KeyTable>() };
-        kt.hdr
-            .check(SegKind::KeyTable, kt_seg.len())
+        // SAFETY: kt_seg is a live, page-aligned mapping of kt_seg.len() bytes, kept alive
+        // beside the view; the table is only read (through atomics).
+        let kt = unsafe { KeyTable::attach(kt_seg.as_ptr(), kt_seg.len()) }
             .map_err(FabricError::Protocol)?;
-        Ok(Self { kt_seg })
+        Ok(Self {
+            _kt_seg: kt_seg,
+            kt,
+        })
     }
 
     #[inline]
     fn kt(&self) -> &KeyTable {
-        // SAFETY: validated in map; kt_seg lives as long as self.
-        unsafe { &*self.kt_seg.as_ptr().cast::<KeyTable>() }
+        &self.kt
     }
 
     /// The peer's current entry for `rkey`, if any.

@@ -27,6 +27,28 @@ pub(crate) fn new_segment(ctx_id: u32, what: &str, len: usize) -> Result<Arc<Reg
     Ok(Arc::new(r))
 }
 
+/// [`new_segment`] for a segment sent to one peer once (a queue pair's segment): its memfd
+/// is returned instead of kept, so a process with many connections does not hold a
+/// descriptor for each segment. Drop the descriptor once it has been sent.
+pub(crate) fn new_segment_handing_off(
+    ctx_id: u32,
+    what: &str,
+    len: usize,
+) -> Result<(Arc<Region>, OwnedFd)> {
+    let name = format!("shm-{ctx_id}-{what}");
+    let (r, fd) = Region::new_handing_off(
+        &RegionConfig::new(name, len)
+            .shareable(true)
+            .no_huge()
+            .quiet(),
+    )
+    .map_err(|e| FabricError::Io {
+        op: "creating a shared segment",
+        source: std::io::Error::other(e),
+    })?;
+    Ok((Arc::new(r), fd))
+}
+
 /// Maps a peer's segment of `len` bytes (`page`: its page size), read-write. The memfd
 /// must be exactly `len` bytes and sealed against shrinking (mempool checks both), so the
 /// peer cannot truncate it under our mapping.

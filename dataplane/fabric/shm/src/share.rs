@@ -83,6 +83,8 @@ pub(crate) struct Share {
     locked: bool,
     /// Put the original backing back on drop.
     restore: AtomicBool,
+    /// Raw process memory (not a mempool region's).
+    raw: bool,
 }
 
 impl Share {
@@ -99,12 +101,18 @@ impl Drop for Share {
         if !self.restore.load(Ordering::Relaxed) {
             return;
         }
-        // If the program unmapped or replaced the range meanwhile, it is not ours to touch.
-        let Ok(vmas) = read_maps() else {
-            return;
-        };
-        if !still_mapped(self, &vmas) {
-            return;
+        // Raw memory: if the program unmapped or replaced the range meanwhile (breaking the
+        // registration contract), it is not ours to touch. A region's range is mapped for
+        // sure (the registration keeps the region), and the check would cost a read of
+        // /proc/self/maps per deregistration, which is long in a process with many
+        // connections.
+        if self.raw {
+            let Ok(vmas) = read_maps() else {
+                return;
+            };
+            if !still_mapped(self, &vmas) {
+                return;
+            }
         }
         if let Err(e) = restore(self) {
             // Nothing safe is left to do: the range stays backed by the shared memfd.
@@ -226,6 +234,7 @@ fn share_range(
             s.base + s.len
         ));
     }
+    let unknown = matches!(backing, Origin::Unknown);
     let backing = match backing {
         Origin::Region(region_base) => Backing::File {
             region_base,
@@ -249,6 +258,7 @@ fn share_range(
             Backing::Anon
         }
     };
+    let raw = unknown;
     let s = Arc::new(convert(
         start,
         end - start,
@@ -256,6 +266,7 @@ fn share_range(
         backing,
         locked,
         writable,
+        raw,
     )?);
     table.push(Arc::downgrade(&s));
     Ok((s.clone(), addr - start))
@@ -269,6 +280,7 @@ fn convert(
     backing: Backing,
     locked: bool,
     writable: bool,
+    raw: bool,
 ) -> Result<Share, String> {
     let huge = page > page_size();
     let fd = memfd(start, len, huge)?;
@@ -303,6 +315,7 @@ fn convert(
         backing,
         locked,
         restore: AtomicBool::new(true),
+        raw,
     })
 }
 

@@ -70,16 +70,33 @@ pub struct RsWr<'a> {
     pub local: Local<'a>,
 }
 
+/// A local access outside the buffer it names: refused by the [`RsIo`] instead of touching
+/// memory beyond the buffer (another socket's, in an arena). The state machine never asks
+/// for one; if it does, it fails the connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutOfBounds;
+
 /// Memory and work-request access the state machine needs.
+///
+/// Every access is bounded by the buffer it names (its length is
+/// [`StreamConfig::buf_len`]): an implementation refuses anything that does not lie inside
+/// it with [`OutOfBounds`] (reads and writes) or an error (segments of a posted request),
+/// and touches nothing.
 pub trait RsIo {
     /// Reads `dst.len()` bytes of `buf` at `off`.
-    fn read(&self, buf: Buf, off: u32, dst: &mut [u8]);
+    ///
+    /// # Errors
+    /// [`OutOfBounds`] if the range is not inside `buf`.
+    fn read(&self, buf: Buf, off: u32, dst: &mut [u8]) -> Result<(), OutOfBounds>;
     /// Writes `src` into `buf` at `off`.
-    fn write(&mut self, buf: Buf, off: u32, src: &[u8]);
+    ///
+    /// # Errors
+    /// [`OutOfBounds`] if the range is not inside `buf`.
+    fn write(&mut self, buf: Buf, off: u32, src: &[u8]) -> Result<(), OutOfBounds>;
     /// Posts a send work request (signalled).
     ///
     /// # Errors
-    /// The provider's refusal.
+    /// The provider's refusal, or a refusal of a local segment outside its buffer.
     fn post_send(&mut self, wr: &RsWr<'_>) -> Result<(), PostError>;
     /// Posts one receive without buffers (rsocket receives only catch immediates).
     ///
@@ -109,6 +126,15 @@ impl StreamConfig {
     /// Bytes of the target list for this configuration.
     pub const fn target_len(&self) -> u32 {
         RS_SGL_SIZE * RsSge::LEN as u32 + self.target_iomap_size * RsIomap::LEN as u32
+    }
+
+    /// Bytes of `buf`: what every access to it must stay within.
+    pub const fn buf_len(&self, buf: Buf) -> u32 {
+        match buf {
+            Buf::Sbuf => self.sbuf_size + CTRL_AREA,
+            Buf::Rbuf => self.rbuf_size,
+            Buf::Target => self.target_len(),
+        }
     }
 }
 
@@ -160,4 +186,9 @@ pub struct ConnStats {
     pub data_msgs_received: u64,
     /// Messages from the peer that broke the protocol (counted, then the connection fails).
     pub protocol_errors: u64,
+    /// Local accesses the I/O layer refused as outside the socket's buffers (each fails
+    /// the connection; never expected).
+    pub bounds_faults: u64,
+    /// The last rule broken (protocol error or refused local access).
+    pub last_violation: Option<super::grant::Violation>,
 }

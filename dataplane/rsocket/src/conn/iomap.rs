@@ -1,7 +1,7 @@
 //! The iomap side of the stream: mappings a peer may write into directly, published
 //! with `IomapSgl` messages, and `riowrite` into the peer's mappings.
 
-use super::io::{Buf, Local, RS_MAX_TRANSFER, RS_OLAP_START_SIZE, RsIo, RsWr};
+use super::io::{Buf, Local, OutOfBounds, RS_MAX_TRANSFER, RS_OLAP_START_SIZE, RsIo, RsWr};
 use super::{PendingIomap, StreamConn, wr_id};
 use crate::error::RsError;
 use crate::wire::{HOST_BIG_ENDIAN, RS_SGL_SIZE, RsIomap, RsMsg, RsOp, RsSge};
@@ -55,13 +55,23 @@ impl StreamConn {
             let local = if self.cfg.sq_inline >= RsIomap::LEN as u32 {
                 Local::Inline(&bytes)
             } else {
-                self.copy_to_sbuf(io, &bytes)
+                match self.copy_to_sbuf(io, &bytes) {
+                    Ok(l) => l,
+                    Err(OutOfBounds) => {
+                        self.bounds_fault();
+                        return Err(RsError::ConnReset);
+                    }
+                }
             };
             let wr = RsWr {
                 wr_id: wr_id(RsOp::IomapSgl, p.index),
                 imm: Some(RsMsg::with(RsOp::IomapSgl, p.index).0),
                 remote: RemoteAddr {
-                    addr: self.remote_iomap.addr + RsIomap::LEN as u64 * u64::from(p.index),
+                    // The peer's address: only handed to the fabric, so it may wrap.
+                    addr: self
+                        .remote_iomap
+                        .addr
+                        .wrapping_add(RsIomap::LEN as u64 * u64::from(p.index)),
                     rkey: self.remote_iomap.key,
                 },
                 local,
@@ -81,7 +91,8 @@ impl StreamConn {
                 Buf::Target,
                 RS_SGL_SIZE * RsSge::LEN as u32 + i * RsIomap::LEN as u32,
                 &mut b,
-            );
+            )
+            .ok()?;
             let m = RsIomap::read(&b, HOST_BIG_ENDIAN)?;
             (m.sge.length > 0 && offset >= m.offset && offset - m.offset < u64::from(m.sge.length))
                 .then_some(m)
@@ -111,7 +122,9 @@ impl StreamConn {
         let mut done = 0usize;
         let mut olen = RS_OLAP_START_SIZE;
         while done < data.len() {
-            let at = offset + done as u64;
+            let Some(at) = offset.checked_add(done as u64) else {
+                break;
+            };
             let Some(m) = self.find_iomap(io, at) else {
                 if done == 0 {
                     return Err(RsError::Invalid);
@@ -139,13 +152,20 @@ impl StreamConn {
             let local = if xfer <= self.cfg.sq_inline {
                 Local::Inline(chunk)
             } else {
-                self.copy_to_sbuf(io, chunk)
+                match self.copy_to_sbuf(io, chunk) {
+                    Ok(l) => l,
+                    Err(OutOfBounds) => {
+                        self.bounds_fault();
+                        break;
+                    }
+                }
             };
             let wr = RsWr {
                 wr_id: wr_id(RsOp::Write, xfer),
                 imm: None,
                 remote: RemoteAddr {
-                    addr: m.sge.addr + (at - m.offset),
+                    // The entry is the peer's: only handed to the fabric, so it may wrap.
+                    addr: m.sge.addr.wrapping_add(at - m.offset),
                     rkey: m.sge.key,
                 },
                 local,
@@ -156,7 +176,11 @@ impl StreamConn {
             done += xfer as usize;
         }
         if done == 0 {
-            Err(RsError::WouldBlock)
+            Err(if self.error.is_some() {
+                RsError::ConnReset
+            } else {
+                RsError::WouldBlock
+            })
         } else {
             Ok(done)
         }

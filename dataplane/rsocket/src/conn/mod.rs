@@ -35,16 +35,36 @@
 //!   file; `SO_ERROR` still reports `EIO`.
 //! * The byte-swap decision is kept apart from the other options (librdmacm's
 //!   `opts = RS_OPT_SWAP_SGL` clobbered them).
+//!
+//! # Untrusted peers
+//!
+//! librdmacm trusts its peer: a data message's length is copied out of the receive buffer
+//! as given, wrapping at its end. Here every value a peer supplies is checked against what
+//! this side granted or what the peer announced (see [`grant`]): data lengths against the
+//! buffer halves granted and not yet filled (and against the bytes the write carried),
+//! message counts against the credits granted, credit updates against the peer's receive
+//! queue, iomap indexes against our table, and operations and control codes against those
+//! that exist on the wire. A violation is counted ([`ConnStats::protocol_errors`],
+//! [`ConnStats::last_violation`]) and fails the connection with `EIO` (`ECONNRESET` to the
+//! application), and nothing the peer sends after it is looked at. Every honest librdmacm
+//! peer passes the checks: they are exactly the rules its sender follows.
+//!
+//! Every local access goes through [`RsIo`], which bounds it by the buffer it names; a
+//! refused access fails the connection too ([`ConnStats::bounds_faults`]).
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use lcore::time::Instant;
 
+pub mod grant;
 mod io;
 mod iomap;
 
+pub use grant::Violation;
 pub use io::*;
+
+use grant::{MAX_CREDIT_DATA, RxGrant, check_credit_update, next_half};
 
 use crate::error::RsError;
 use crate::wire::{
@@ -52,9 +72,10 @@ use crate::wire::{
 };
 use dp_fabric::{Completion, PostError, RemoteAddr};
 
-/// One queued received message.
+/// One queued received message: where in the receive buffer its unread bytes are.
 #[derive(Clone, Copy, Debug)]
 struct RMsg {
+    off: u32,
     len: u32,
 }
 
@@ -79,6 +100,8 @@ pub struct StreamConn {
     so_error: Option<RsError>,
     // Peer.
     peer_be: bool,
+    /// The peer's receive-queue size (credits in its connection data); 0 until established.
+    peer_credits: u16,
     remote_sgl: RsSge,
     remote_sge: u32,
     remote_iomap: RsSge,
@@ -98,7 +121,8 @@ pub struct StreamConn {
     rseq_comp: u16,
     rbuf_bytes_avail: u32,
     rbuf_free_offset: u32,
-    rbuf_offset: u32,
+    /// What the peer may still send: bytes, messages.
+    rx: RxGrant,
     rmsg: VecDeque<RMsg>,
     to_repost: u32,
     next_recv_id: u64,
@@ -126,6 +150,11 @@ const fn wr_id(op: RsOp, data: u32) -> u64 {
     ((op as u64) << 32) | data as u64
 }
 
+/// The credits our connection data grants: our receive-queue size.
+fn initial_credits(cfg: &StreamConfig) -> u16 {
+    cfg.rq_size.min(u32::from(u16::MAX)) as u16
+}
+
 impl StreamConn {
     /// A connection that is not established yet.
     pub fn new(cfg: StreamConfig, keys: LocalKeys) -> Self {
@@ -140,6 +169,7 @@ impl StreamConn {
             error: None,
             so_error: None,
             peer_be: HOST_BIG_ENDIAN,
+            peer_credits: 0,
             remote_sgl: RsSge::default(),
             remote_sge: 0,
             remote_iomap: RsSge::default(),
@@ -157,7 +187,7 @@ impl StreamConn {
             rseq_comp: (cfg.rq_size / 2) as u16,
             rbuf_bytes_avail: cfg.rbuf_size / 2,
             rbuf_free_offset: cfg.rbuf_size / 2,
-            rbuf_offset: 0,
+            rx: RxGrant::new(cfg.rbuf_size, initial_credits(&cfg)),
             rmsg: VecDeque::with_capacity(rq + 1),
             to_repost: 0,
             next_recv_id: 0,
@@ -189,7 +219,7 @@ impl StreamConn {
         ConnDataRepr {
             big_endian: HOST_BIG_ENDIAN,
             iomap: true,
-            credits: self.cfg.rq_size.min(u32::from(u16::MAX)) as u16,
+            credits: initial_credits(&self.cfg),
             iomap_size: self.cfg.target_iomap_size,
             target_sgl: RsSge {
                 addr: self.keys.target_addr,
@@ -225,23 +255,44 @@ impl StreamConn {
     /// (`rs_save_conn_data`).
     ///
     /// # Errors
-    /// [`RsError::Invalid`] if the peer's description is unusable.
+    /// [`RsError::Invalid`] if the peer's description is unusable
+    /// ([`ConnDataRepr::validate`]), or if a credit update that arrived before it grants
+    /// other than the credits it announces; the connection is then failed and the
+    /// violation counted.
     pub fn establish(
         &mut self,
         peer: &ConnDataRepr,
         io: &mut impl RsIo,
         now: Instant,
     ) -> Result<(), RsError> {
-        if peer.target_sgl.length != RS_SGL_SIZE || peer.data_buf.length == 0 {
-            self.stats.protocol_errors += 1;
+        if self.error.is_some() {
             return Err(RsError::Invalid);
         }
+        if let Err(bad) = peer.validate() {
+            self.violation(Violation::ConnData(bad));
+            return Err(RsError::Invalid);
+        }
+        if self.got_credit_update {
+            // The peer's first credit update overtook the connection event: it must be a
+            // limit the peer could grant with nothing sent yet (librdmacm: exactly its
+            // credits, `0 + rq_size`).
+            if let Err(v) = check_credit_update(0, peer.credits, self.sseq_comp, peer.credits) {
+                self.violation(v);
+                return Err(RsError::Invalid);
+            }
+        } else {
+            self.sseq_comp = peer.credits;
+        }
+        self.peer_credits = peer.credits;
         self.peer_be = peer.big_endian;
         self.remote_sgl = peer.target_sgl;
         self.remote_sge = 1;
         if peer.iomap {
             self.remote_iomap = RsSge {
-                addr: peer.target_sgl.addr + RsSge::LEN as u64 * u64::from(peer.target_sgl.length),
+                addr: peer
+                    .target_sgl
+                    .addr
+                    .wrapping_add(RsSge::LEN as u64 * u64::from(peer.target_sgl.length)),
                 key: peer.target_sgl.key,
                 length: peer.iomap_size,
             };
@@ -251,9 +302,9 @@ impl StreamConn {
         // (possibly already: its first credit update may arrive before we process the
         // connection event, so entry 1 is left as it is).
         let first = peer.data_buf.to_bytes(HOST_BIG_ENDIAN);
-        io.write(Buf::Target, 0, &first);
-        if !self.got_credit_update {
-            self.sseq_comp = peer.credits;
+        if io.write(Buf::Target, 0, &first).is_err() {
+            self.bounds_fault();
+            return Err(RsError::Invalid);
         }
         self.connected = true;
         self.readable = true;
@@ -287,6 +338,22 @@ impl StreamConn {
         self.writable = false;
     }
 
+    /// The peer broke rule `v`: count it and fail the connection (`ECONNRESET` to the
+    /// application once queued data is read), as librdmacm's peers reset.
+    fn violation(&mut self, v: Violation) {
+        self.stats.protocol_errors += 1;
+        self.stats.last_violation = Some(v);
+        self.fail(RsError::Io);
+    }
+
+    /// The I/O layer refused a local access as outside our buffers: fail the connection
+    /// rather than touch anything else.
+    fn bounds_fault(&mut self) {
+        self.stats.bounds_faults += 1;
+        self.stats.last_violation = Some(Violation::LocalBounds);
+        self.fail(RsError::Io);
+    }
+
     /// The peer's connection went away without a disconnect message (CM disconnect event,
     /// peer death): seen as a reset.
     pub fn peer_gone(&mut self) {
@@ -295,10 +362,14 @@ impl StreamConn {
         }
     }
 
+    /// Target entry `idx` (0 or 1); empty if the I/O layer refuses the read (which cannot
+    /// happen: the target list always holds both entries).
     fn read_target(&self, io: &impl RsIo, idx: u32) -> RsSge {
         let mut b = [0u8; 16];
-        io.read(Buf::Target, idx * RsSge::LEN as u32, &mut b);
-        RsSge::read(&b, HOST_BIG_ENDIAN).unwrap_or_default()
+        match io.read(Buf::Target, idx * RsSge::LEN as u32, &mut b) {
+            Ok(()) => RsSge::read(&b, HOST_BIG_ENDIAN).unwrap_or_default(),
+            Err(OutOfBounds) => RsSge::default(),
+        }
     }
 
     /// `rs_can_send`: a send slot, send-buffer space, a credit and target space.
@@ -379,21 +450,34 @@ impl StreamConn {
             let local = if xfer <= self.cfg.sq_inline {
                 Local::Inline(chunk)
             } else {
-                self.copy_to_sbuf(io, chunk)
+                match self.copy_to_sbuf(io, chunk) {
+                    Ok(l) => l,
+                    Err(OutOfBounds) => {
+                        self.bounds_fault();
+                        break;
+                    }
+                }
             };
             let remote = RemoteAddr {
                 addr: target.addr,
                 rkey: target.key,
             };
             // Update the target entry before posting (the peer may rewrite it once the data
-            // lands).
-            target.addr += u64::from(xfer);
+            // lands). The address is the peer's (possibly nonsense: it is only ever handed
+            // to the fabric, which checks it against the peer's key), so it wraps.
+            target.addr = target.addr.wrapping_add(u64::from(xfer));
             target.length -= xfer;
-            io.write(
-                Buf::Target,
-                self.target_sge * RsSge::LEN as u32,
-                &target.to_bytes(HOST_BIG_ENDIAN),
-            );
+            if io
+                .write(
+                    Buf::Target,
+                    self.target_sge * RsSge::LEN as u32,
+                    &target.to_bytes(HOST_BIG_ENDIAN),
+                )
+                .is_err()
+            {
+                self.bounds_fault();
+                break;
+            }
             if target.length == 0 {
                 self.target_sge = (self.target_sge + 1) % RS_SGL_SIZE;
             }
@@ -413,32 +497,42 @@ impl StreamConn {
             sent += xfer as usize;
         }
         if sent == 0 {
-            Err(RsError::WouldBlock)
+            Err(if self.error.is_some() {
+                RsError::ConnReset
+            } else {
+                RsError::WouldBlock
+            })
         } else {
             Ok(sent)
         }
     }
 
     /// Copies `chunk` into the send ring (wrapping into two segments if needed).
-    fn copy_to_sbuf<'a>(&mut self, io: &mut impl RsIo, chunk: &[u8]) -> Local<'a> {
+    fn copy_to_sbuf<'a>(
+        &mut self,
+        io: &mut impl RsIo,
+        chunk: &[u8],
+    ) -> Result<Local<'a>, OutOfBounds> {
         let n = chunk.len() as u32;
         let first = n.min(self.cfg.sbuf_size - self.sbuf_off);
-        io.write(Buf::Sbuf, self.sbuf_off, &chunk[..first as usize]);
+        io.write(Buf::Sbuf, self.sbuf_off, &chunk[..first as usize])?;
         let s1 = Seg {
             buf: Buf::Sbuf,
             off: self.sbuf_off,
             len: first,
         };
-        let s2 = (first < n).then(|| {
-            io.write(Buf::Sbuf, 0, &chunk[first as usize..]);
-            Seg {
+        let s2 = if first < n {
+            io.write(Buf::Sbuf, 0, &chunk[first as usize..])?;
+            Some(Seg {
                 buf: Buf::Sbuf,
                 off: 0,
                 len: n - first,
-            }
-        });
+            })
+        } else {
+            None
+        };
         self.sbuf_off = (self.sbuf_off + n) % self.cfg.sbuf_size;
-        Local::Segs(s1, s2)
+        Ok(Local::Segs(s1, s2))
     }
 
     /// Copies queued data into `buf` (`rrecv`); with `peek`, leaves it queued.
@@ -467,38 +561,49 @@ impl StreamConn {
             return Err(RsError::WouldBlock);
         }
         let mut copied = 0usize;
-        let mut off = self.rbuf_offset;
         let mut idx = 0usize;
         while copied < buf.len() {
-            let Some(m) = self.rmsg.get(idx) else {
+            let Some(&m) = self.rmsg.get(idx) else {
                 break;
             };
-            let n = (buf.len() - copied).min(m.len as usize) as u32;
-            let first = n.min(self.cfg.rbuf_size - off);
-            io.read(Buf::Rbuf, off, &mut buf[copied..copied + first as usize]);
-            if first < n {
-                io.read(
-                    Buf::Rbuf,
-                    0,
-                    &mut buf[copied + first as usize..copied + n as usize],
-                );
+            // A message lies inside one granted half (checked on arrival): no wrap.
+            let n = (buf.len() - copied).min(m.len as usize);
+            if io
+                .read(Buf::Rbuf, m.off, &mut buf[copied..copied + n])
+                .is_err()
+            {
+                self.bounds_fault();
+                return Err(RsError::ConnReset);
             }
-            off = (off + n) % self.cfg.rbuf_size;
-            copied += n as usize;
+            copied += n;
             if peek {
                 idx += 1;
                 continue;
             }
+            let n = n as u32;
             let head = &mut self.rmsg[0];
+            head.off += n;
             head.len -= n;
             if head.len == 0 {
                 self.rmsg.pop_front();
                 self.rseq_no = self.rseq_no.wrapping_add(1);
             }
-            self.rbuf_offset = off;
             self.rbuf_bytes_avail += n;
         }
+        self.debug_check_window();
         Ok(copied)
+    }
+
+    /// The receive window's invariant (see [`grant`]): granted-unfilled, queued and
+    /// consumed-not-regranted bytes make up both halves.
+    fn debug_check_window(&self) {
+        debug_assert_eq!(
+            u64::from(self.rx.unfilled())
+                + self.readable_bytes() as u64
+                + u64::from(self.rbuf_bytes_avail),
+            u64::from(self.cfg.rbuf_size / 2) * 2,
+            "receive window accounting"
+        );
     }
 
     /// Handles one completion of this connection's queue pair (`rs_poll_cq`).
@@ -515,54 +620,106 @@ impl StreamConn {
             // Flushed or failed receives are not re-posted.
             return;
         }
+        if self.error.is_some() {
+            // After a failure (a protocol violation above all) nothing the peer sends is
+            // looked at.
+            return;
+        }
         let Some(imm) = c.imm else {
             // rsocket peers only send immediates; a receive without one is a broken peer.
-            self.stats.protocol_errors += 1;
-            self.fail(RsError::Io);
+            self.violation(Violation::NoImmediate);
             return;
         };
-        let msg = RsMsg(imm);
-        match msg.op() {
-            RsOp::Sgl => {
-                self.sseq_comp = msg.data() as u16;
-                self.got_credit_update = true;
-            }
-            RsOp::Ctrl => match RsCtrl::from(msg.data()) {
-                RsCtrl::Disconnect => {
-                    self.disconnected = true;
-                    self.readable = false;
-                    self.writable = false;
-                    return;
-                }
-                RsCtrl::Shutdown => {
-                    if self.writable {
-                        self.readable = false;
-                    } else {
-                        self.disconnected = true;
-                        return;
-                    }
-                }
-                RsCtrl::Keepalive | RsCtrl::Unknown(_) => {}
-            },
-            RsOp::Data => {
-                if msg.data() == 0 || self.rmsg.len() > self.cfg.rq_size as usize {
-                    // Beyond the credits we granted, or an empty data message: the peer
-                    // broke the protocol.
-                    self.stats.protocol_errors += 1;
-                    self.fail(RsError::Io);
-                    return;
-                }
-                self.stats.data_msgs_received += 1;
-                self.rmsg.push_back(RMsg { len: msg.data() });
-            }
-            RsOp::IomapSgl
-            | RsOp::Write
-            | RsOp::RsvdDataMore
-            | RsOp::RsvdDraMore
-            | RsOp::Rsvd
-            | RsOp::Unknown(_) => {}
+        if let Err(v) = self.accept_msg(RsMsg(imm), c.byte_len) {
+            self.violation(v);
+            return;
+        }
+        if self.disconnected {
+            // A disconnect (or a shutdown after ours): nothing is re-posted.
+            return;
         }
         self.to_repost += 1;
+    }
+
+    /// Checks one message from the peer, whose write carried `byte_len` bytes, against
+    /// what we granted and what exists on the wire, and applies it (`rs_poll_cq`).
+    fn accept_msg(&mut self, msg: RsMsg, byte_len: u32) -> Result<(), Violation> {
+        let data = msg.data();
+        match msg.op() {
+            RsOp::Data => {
+                if data == 0 {
+                    return Err(Violation::EmptyData);
+                }
+                if byte_len != data {
+                    return Err(Violation::DataLenMismatch);
+                }
+                let off = self.rx.accept_data(data)?;
+                self.stats.data_msgs_received += 1;
+                debug_assert!(
+                    self.rmsg.len() < self.rmsg.capacity(),
+                    "credits bound the queue"
+                );
+                self.rmsg.push_back(RMsg { off, len: data });
+            }
+            RsOp::Sgl => {
+                // One SGE written into our target list, or nothing (a pure credit update).
+                if byte_len != 0 && byte_len != RsSge::LEN as u32 {
+                    return Err(Violation::CreditLen);
+                }
+                // librdmacm sends `rseq_no + rq_size` untruncated; the limit is its low 16
+                // bits.
+                if data > MAX_CREDIT_DATA {
+                    return Err(Violation::CreditBeyondPeerQueue);
+                }
+                let limit = data as u16;
+                if self.connected {
+                    check_credit_update(self.sseq_no, self.sseq_comp, limit, self.peer_credits)?;
+                } else if self.got_credit_update && (limit.wrapping_sub(self.sseq_comp) as i16) < 0
+                {
+                    // Before the connection data: checked against it in `establish`.
+                    return Err(Violation::CreditBackwards);
+                }
+                self.sseq_comp = limit;
+                self.got_credit_update = true;
+            }
+            RsOp::IomapSgl => {
+                // One iomap entry written into our table; librdmacm ignores the message,
+                // but the index must be one we advertised.
+                if byte_len != RsIomap::LEN as u32 {
+                    return Err(Violation::IomapLen);
+                }
+                if data >= self.cfg.target_iomap_size {
+                    return Err(Violation::IomapIndex);
+                }
+            }
+            RsOp::Ctrl => {
+                if byte_len != 0 {
+                    return Err(Violation::CtrlLen);
+                }
+                match RsCtrl::from(data) {
+                    RsCtrl::Disconnect => {
+                        self.disconnected = true;
+                        self.readable = false;
+                        self.writable = false;
+                    }
+                    RsCtrl::Shutdown => {
+                        if self.writable {
+                            self.readable = false;
+                        } else {
+                            self.disconnected = true;
+                        }
+                    }
+                    // Keepalives are writes without an immediate: the code is a local tag.
+                    RsCtrl::Keepalive | RsCtrl::Unknown(_) => return Err(Violation::UnknownCtrl),
+                }
+            }
+            // `riowrite` is a plain RDMA WRITE: `Write` is a local tag, never an immediate.
+            RsOp::Write => return Err(Violation::WriteImm),
+            RsOp::RsvdDataMore | RsOp::RsvdDraMore | RsOp::Rsvd | RsOp::Unknown(_) => {
+                return Err(Violation::ReservedOp);
+            }
+        }
+        Ok(())
     }
 
     fn handle_send(&mut self, c: &Completion) {
@@ -628,6 +785,7 @@ impl StreamConn {
         self.rseq_comp = self.rseq_no.wrapping_add((self.cfg.rq_size / 2) as u16);
         let limit = u32::from(self.rseq_no) + self.cfg.rq_size;
         let imm = RsMsg::with(RsOp::Sgl, limit).0;
+        self.rx.grant_credits(limit as u16);
         let half = self.cfg.rbuf_size / 2;
         self.stats.credit_msgs_sent += 1;
         if self.rbuf_bytes_avail >= half {
@@ -642,7 +800,10 @@ impl StreamConn {
             } else {
                 let off = self.cfg.sbuf_size
                     + RS_MAX_CTRL_MSG * (self.ctrl_seqno & (RS_QP_CTRL_SIZE - 1));
-                io.write(Buf::Sbuf, off, &bytes);
+                if io.write(Buf::Sbuf, off, &bytes).is_err() {
+                    self.bounds_fault();
+                    return;
+                }
                 Local::Segs(
                     Seg {
                         buf: Buf::Sbuf,
@@ -653,7 +814,10 @@ impl StreamConn {
                 )
             };
             let remote = RemoteAddr {
-                addr: self.remote_sgl.addr + RsSge::LEN as u64 * u64::from(self.remote_sge),
+                addr: self
+                    .remote_sgl
+                    .addr
+                    .wrapping_add(RsSge::LEN as u64 * u64::from(self.remote_sge)),
                 rkey: self.remote_sgl.key,
             };
             let wr = RsWr {
@@ -666,10 +830,8 @@ impl StreamConn {
                 self.fail(RsError::Io);
             }
             self.rbuf_bytes_avail -= half;
-            self.rbuf_free_offset += half;
-            if self.rbuf_free_offset >= self.cfg.rbuf_size {
-                self.rbuf_free_offset = 0;
-            }
+            self.rx.grant_half();
+            self.rbuf_free_offset = next_half(self.rbuf_free_offset, half, self.cfg.rbuf_size);
             self.remote_sge = (self.remote_sge + 1) % self.remote_sgl.length.max(1);
         } else {
             let wr = RsWr {

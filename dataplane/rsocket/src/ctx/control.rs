@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use lcore::time::Clock;
 
-use super::engine::Shared;
+use super::engine::Base;
 use super::sock::{Kind, Listening, Phase, Sock, SockId, Stream, post_initial_recvs};
 use crate::arena::{Arena, SockBufs};
 use crate::conn::StreamConn;
@@ -62,7 +62,7 @@ impl<P: Provider> Control<P> {
     }
 
     /// Processes every pending CM event.
-    pub(super) fn cm_events(&mut self, sh: &Shared<P>) -> usize {
+    pub(super) fn cm_events(&mut self, sh: &Base<P>) -> usize {
         let mut n = 0;
         while let Some(ev) = self.cm.poll_event() {
             n += 1;
@@ -71,7 +71,7 @@ impl<P: Provider> Control<P> {
         n
     }
 
-    fn on_cm(&mut self, sh: &Shared<P>, ev: CmEvent<P>) {
+    fn on_cm(&mut self, sh: &Base<P>, ev: CmEvent<P>) {
         match ev {
             CmEvent::ConnectRequest { listener, request } => {
                 let Some(&lid) = self.by_listen.get(&listener) else {
@@ -165,7 +165,7 @@ impl<P: Provider> Control<P> {
     }
 
     /// A connect failed: the socket reports the error once (`SO_ERROR`), then `ENOTCONN`.
-    fn fail_socket(&mut self, sh: &Shared<P>, id: SockId, e: RsError) {
+    fn fail_socket(&mut self, sh: &Base<P>, id: SockId, e: RsError) {
         let old = {
             let mut d = sh.data();
             let Ok(sock) = d.sock(id) else {
@@ -198,7 +198,7 @@ impl<P: Provider> Control<P> {
     /// Builds a new stream's buffers and completion queue. Registering the buffers for
     /// remote write may block (the shm provider waits for every connected peer to map a
     /// newly exported region), so this runs without the data lock.
-    fn new_stream(&mut self, sh: &Shared<P>, opts: &SockOpts) -> Result<Parts<P>, RsError> {
+    fn new_stream(&mut self, sh: &Base<P>, opts: &SockOpts) -> Result<Parts<P>, RsError> {
         // The socket's own protection domain: its memory and queue pair live in it, so its
         // peer can name (and, on the shm provider, is sent) this socket's buffers and
         // nothing of any other socket's.
@@ -239,7 +239,7 @@ impl<P: Provider> Control<P> {
     /// other control operation (close included) sees the socket while it is opening.
     pub(super) fn connect(
         &mut self,
-        sh: &Shared<P>,
+        sh: &Base<P>,
         id: SockId,
         addr: SocketAddr,
     ) -> Result<bool, RsError> {
@@ -292,7 +292,7 @@ impl<P: Provider> Control<P> {
     /// The blocking part of a connect, without the data lock.
     fn open_active(
         &mut self,
-        sh: &Shared<P>,
+        sh: &Base<P>,
         opts: &SockOpts,
         addr: SocketAddr,
     ) -> Result<Box<Stream<P>>, RsError> {
@@ -343,7 +343,7 @@ impl<P: Provider> Control<P> {
     /// under the data lock, the socket built and accepted without it, then published.
     fn accept_request(
         &mut self,
-        sh: &Shared<P>,
+        sh: &Base<P>,
         lid: SockId,
         request: P::ConnRequest,
     ) -> Result<SockId, RsError> {
@@ -399,7 +399,7 @@ impl<P: Provider> Control<P> {
     /// published yet, so establishing it needs no lock either.
     fn open_passive(
         &mut self,
-        sh: &Shared<P>,
+        sh: &Base<P>,
         opts: &SockOpts,
         request: P::ConnRequest,
     ) -> Result<Box<Stream<P>>, RsError> {
@@ -473,12 +473,7 @@ impl<P: Provider> Control<P> {
     }
 
     /// Listens on socket `id` (`rlisten`).
-    pub(super) fn listen(
-        &mut self,
-        sh: &Shared<P>,
-        id: SockId,
-        backlog: u32,
-    ) -> Result<(), RsError> {
+    pub(super) fn listen(&mut self, sh: &Base<P>, id: SockId, backlog: u32) -> Result<(), RsError> {
         let addr = {
             let mut d = sh.data();
             let sock = d.sock(id)?;
@@ -519,7 +514,7 @@ impl<P: Provider> Control<P> {
 
     /// Closes socket `id` and frees everything it holds: a stream is disconnected, a
     /// listener stops and resets the connections it accepted but never handed out.
-    pub(super) fn close(&mut self, sh: &Shared<P>, id: SockId) {
+    pub(super) fn close(&mut self, sh: &Base<P>, id: SockId) {
         let Some(sock) = sh.data().take(id) else {
             return;
         };
@@ -555,9 +550,11 @@ pub(super) struct CmThread {
 }
 
 impl CmThread {
-    pub(super) fn spawn<P: Provider>(
-        ctx: std::sync::Weak<Shared<P>>,
+    /// Spawns the thread: each time `event_fd` is readable it calls `on_events`, and stops
+    /// when that returns false (the context is gone) or the thread is dropped.
+    pub(super) fn spawn(
         event_fd: std::os::fd::RawFd,
+        mut on_events: impl FnMut() -> bool + Send + 'static,
     ) -> std::io::Result<Self> {
         let stop = Arc::new(dp_fabric::sys::EventFd::new()?);
         let stop2 = stop.clone();
@@ -574,12 +571,7 @@ impl CmThread {
                     if ready & 2 != 0 {
                         return;
                     }
-                    let Some(c) = ctx.upgrade() else {
-                        return;
-                    };
-                    c.control().cm_events(&c);
-                    drop(c);
-                    if ctx.strong_count() == 0 {
+                    if !on_events() {
                         return;
                     }
                 }

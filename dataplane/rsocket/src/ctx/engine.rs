@@ -1,14 +1,13 @@
-//! What a context shares between its handles and its CM thread ([`Shared`]), and the
-//! data-path half of it: the sockets behind the data lock ([`Data`]), with the operations
-//! the data path performs on them. The control-plane half is in [`control`](super::control).
+//! The data-path half of a context: the sockets behind the data lock ([`Data`]), with the
+//! operations the data path performs on them, and what never changes after creation
+//! ([`Base`]). The control-plane half is in [`control`](super::control); the context
+//! joins the two.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use dp_fabric::sync::{SpinGuard, SpinLock};
 use lcore::time::{Clock, RealClock};
 
-use super::control::Control;
 use super::sock::{Kind, Phase, Sock, SockId, Stream};
 use crate::conn::Ready;
 use crate::error::RsError;
@@ -19,12 +18,9 @@ use dp_fabric::{Completion, Provider};
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 pub(super) const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A context's state, shared by its handles and its CM thread. See the locking section of
-/// the [`ctx`](super) docs for what each lock guards and their order.
-pub(super) struct Shared<P: Provider> {
-    /// The control lock (L1), taken first. Declared first so that dropping it stops (and
-    /// joins) the CM thread before anything else goes.
-    pub(super) control: Mutex<Control<P>>,
+/// The data lock and what never changes: the part of a context the control plane works on
+/// besides its own state. See the locking section of the [`ctx`](super) docs.
+pub(super) struct Base<P: Provider> {
     /// The data lock (L2), taken second and never held across a blocking call.
     pub(super) data: SpinLock<Data<P>>,
     /// Immutable after creation, read without a lock.
@@ -35,14 +31,7 @@ pub(super) struct Shared<P: Provider> {
     pub(super) clock: RealClock,
 }
 
-impl<P: Provider> Shared<P> {
-    /// Takes the control lock (L1). Must not be called while holding the data lock.
-    pub(super) fn control(&self) -> MutexGuard<'_, Control<P>> {
-        // A panic under the lock leaves the maps consistent enough to go on (each update is
-        // one insert or remove), and a poisoned context would otherwise wedge every caller.
-        self.control.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
+impl<P: Provider> Base<P> {
     /// Takes the data lock (L2).
     pub(super) fn data(&self) -> SpinGuard<'_, Data<P>> {
         self.data.lock()

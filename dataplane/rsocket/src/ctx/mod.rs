@@ -74,8 +74,36 @@ mod sock;
 pub use sock::{RecvFlags, SendFlagsRs, SockId};
 
 use control::{CmThread, Control};
-use engine::{CLOSE_TIMEOUT, CONNECT_TIMEOUT, Data, Shared};
+use engine::{Base, CLOSE_TIMEOUT, CONNECT_TIMEOUT, Data};
 use sock::{Kind, Phase, Sock};
+
+/// A context's state, shared by its handles and its CM thread: the control half behind
+/// the control lock (L1), and the data half with what never changes (deref). See the
+/// locking section above for what each lock guards and their order.
+struct Shared<P: Provider> {
+    /// The control lock (L1), taken first. Declared first so that dropping it stops (and
+    /// joins) the CM thread before anything else goes.
+    control: Mutex<Control<P>>,
+    base: Base<P>,
+}
+
+impl<P: Provider> Shared<P> {
+    /// Takes the control lock (L1). Must not be called while holding the data lock.
+    fn control(&self) -> std::sync::MutexGuard<'_, Control<P>> {
+        // A panic under the lock leaves the maps consistent enough to go on (each update is
+        // one insert or remove), and a poisoned context would otherwise wedge every caller.
+        self.control
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl<P: Provider> std::ops::Deref for Shared<P> {
+    type Target = Base<P>;
+    fn deref(&self) -> &Base<P> {
+        &self.base
+    }
+}
 
 /// A context: sockets over one fabric device.
 pub struct RsContext<P: Provider> {
@@ -121,19 +149,29 @@ impl<P: Provider> RsContext<P> {
         let ctx = Self {
             inner: Arc::new(Shared {
                 control: Mutex::new(Control::new(cm, Arena::new(ARENA_CHUNK))),
-                data: SpinLock::new(Data::new()),
-                dev,
-                pd,
-                cfg,
-                clock: RealClock::new(),
+                base: Base {
+                    data: SpinLock::new(Data::new()),
+                    dev,
+                    pd,
+                    cfg,
+                    clock: RealClock::new(),
+                },
             }),
             polling_time,
         };
-        let t =
-            CmThread::spawn(Arc::downgrade(&ctx.inner), event_fd).map_err(|e| FabricError::Io {
-                op: "starting the rsocket connection-manager thread",
-                source: e,
-            })?;
+        let weak = Arc::downgrade(&ctx.inner);
+        let t = CmThread::spawn(event_fd, move || {
+            let Some(c) = weak.upgrade() else {
+                return false;
+            };
+            c.control().cm_events(&c);
+            drop(c);
+            weak.strong_count() > 0
+        })
+        .map_err(|e| FabricError::Io {
+            op: "starting the rsocket connection-manager thread",
+            source: e,
+        })?;
         ctx.inner.control().cm_thread = Some(t);
         Ok(ctx)
     }

@@ -6,12 +6,12 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 
 use crate::arena::SockBufs;
-use crate::conn::{Buf, Local, RsIo, RsWr, StreamConn};
+use crate::conn::{Buf, Local, OutOfBounds, RsIo, RsWr, Seg, StreamConn};
 use crate::error::RsError;
 use crate::opts::SockOpts;
 use dp_fabric::{
-    Completion, CompletionQueue, ConnId, FabricError, ListenId, Payload, PostError, Provider,
-    RcQueuePair, RecvWr, SendFlags, SendOp, SendWr, Sge,
+    Completion, CompletionQueue, ConnId, FabricError, ListenId, Payload, PostError, PostErrorKind,
+    Provider, RcQueuePair, RecvWr, SendFlags, SendOp, SendWr, Sge,
 };
 
 /// Names a socket of a context.
@@ -104,22 +104,42 @@ impl<P: Provider> Sock<P> {
 }
 
 /// The state machine's I/O through a real queue pair and arena buffers.
+///
+/// The arena region holds many sockets' buffers and the local key covers all of it, so the
+/// region's own bounds check protects nothing between sockets: every access (read, write,
+/// and each segment of a posted request) is bounded here by the buffer it names. The state
+/// machine never asks for anything outside (a `debug_assert!` says so); if it ever did, the
+/// access is refused and the state machine fails the connection, rather than read or send
+/// another socket's bytes.
 pub(super) struct Io<'a, P: Provider> {
     pub(super) qp: &'a mut P::Qp,
     pub(super) bufs: &'a SockBufs<P>,
 }
 
+impl<P: Provider> Io<'_, P> {
+    /// The region offset of `[off, off + n)` of `buf`, if inside it.
+    #[inline]
+    fn span(&self, buf: Buf, off: u32, n: usize) -> Result<usize, OutOfBounds> {
+        let at = self.bufs.span(buf, off, n);
+        debug_assert!(
+            at.is_some(),
+            "rsocket state machine access outside its {buf:?} buffer: {off}+{n}"
+        );
+        at.ok_or(OutOfBounds)
+    }
+}
+
 impl<P: Provider> RsIo for Io<'_, P> {
-    fn read(&self, buf: Buf, off: u32, dst: &mut [u8]) {
-        self.bufs
-            .mem
-            .copy_out(self.bufs.offset(buf) + off as usize, dst);
+    fn read(&self, buf: Buf, off: u32, dst: &mut [u8]) -> Result<(), OutOfBounds> {
+        let at = self.span(buf, off, dst.len())?;
+        self.bufs.mem.copy_out(at, dst);
+        Ok(())
     }
 
-    fn write(&mut self, buf: Buf, off: u32, src: &[u8]) {
-        self.bufs
-            .mem
-            .copy_in(self.bufs.offset(buf) + off as usize, src);
+    fn write(&mut self, buf: Buf, off: u32, src: &[u8]) -> Result<(), OutOfBounds> {
+        let at = self.span(buf, off, src.len())?;
+        self.bufs.mem.copy_in(at, src);
+        Ok(())
     }
 
     fn post_send(&mut self, wr: &RsWr<'_>) -> Result<(), PostError> {
@@ -127,20 +147,29 @@ impl<P: Provider> RsIo for Io<'_, P> {
             Some(i) => SendOp::WriteImm(wr.remote, i),
             None => SendOp::Write(wr.remote),
         };
-        let sge = |s: crate::conn::Seg| Sge {
-            addr: self.bufs.addr(s.buf, s.off),
-            length: s.len,
-            lkey: self.bufs.lkey,
+        let sge = |s: Seg| -> Result<Sge, PostError> {
+            // A segment outside its buffer would send another socket's bytes: refused (the
+            // state machine fails the connection on any refusal).
+            self.span(s.buf, s.off, s.len as usize)
+                .map_err(|OutOfBounds| PostError {
+                    index: 0,
+                    kind: PostErrorKind::Unsupported,
+                })?;
+            Ok(Sge {
+                addr: self.bufs.addr(s.buf, s.off),
+                length: s.len,
+                lkey: self.bufs.lkey,
+            })
         };
         let mut list = [Sge::default(); 2];
         let payload = match wr.local {
             Local::Empty => Payload::Sgl(&[]),
             Local::Inline(b) => Payload::Inline(b),
             Local::Segs(a, b) => {
-                list[0] = sge(a);
+                list[0] = sge(a)?;
                 match b {
                     Some(b) => {
-                        list[1] = sge(b);
+                        list[1] = sge(b)?;
                         Payload::Sgl(&list[..2])
                     }
                     None => Payload::Sgl(&list[..1]),

@@ -175,7 +175,7 @@ impl<P: Provider> RsDatagram<P> {
             let mut head = [0u8; DS_IPV6_HDR_LEN as usize];
             let k = avail.min(head.len());
             q.read(slot, 0, &mut head[..k]);
-            parse_ud(&head[..k], avail)
+            parse_ud(&head[..k], avail, q.ip.is_ipv6())
         } else {
             None
         };

@@ -78,14 +78,21 @@ pub(crate) fn parse_udp(b: &[u8], from: &SocketAddr) -> Option<UdpIn> {
     }
 }
 
-/// Validates the first bytes of a UD receive that carried `avail` bytes after the GRH:
-/// returns the sender's address and the header length. `None` if the header is malformed
-/// or longer than what arrived.
-pub(crate) fn parse_ud(head: &[u8], avail: usize) -> Option<(SocketAddr, usize)> {
+/// Validates the first bytes of a UD receive that carried `avail` bytes after the GRH, on
+/// a queue pair whose address is IPv6 (`expect_v6`) or IPv4: returns the sender's address
+/// and the header length. `None` if the arrival is shorter than any header or longer than
+/// a slot, the header is malformed (version and length disagree) or longer than what
+/// arrived, or its family is not the queue pair's (a peer that reached this queue pair
+/// routed to its address, so it sends from the same family, and its header says so: the
+/// UDP path's rule, applied to the UD path).
+pub(crate) fn parse_ud(head: &[u8], avail: usize, expect_v6: bool) -> Option<(SocketAddr, usize)> {
     if avail < usize::from(DS_IPV4_HDR_LEN) || avail > SLOT {
         return None;
     }
     let (h, len) = DsHeader::parse(&head[..head.len().min(avail)]).ok()?;
+    if h.addr.is_ipv6() != expect_v6 {
+        return None;
+    }
     let src = match h.addr {
         IpAddr::V4(_) => SocketAddr::new(h.addr, h.port),
         IpAddr::V6(a) => SocketAddr::V6(SocketAddrV6::new(a, h.port, h.flowinfo, 0)),
@@ -240,20 +247,33 @@ mod tests {
         };
         let mut b = [0u8; 24];
         h.emit(&mut b);
-        assert_eq!(parse_ud(&b, 8), Some(("10.0.0.2:7174".parse().unwrap(), 8)));
         assert_eq!(
-            parse_ud(&b, 100),
+            parse_ud(&b, 8, false),
             Some(("10.0.0.2:7174".parse().unwrap(), 8))
         );
-        assert_eq!(parse_ud(&b, 7), None, "shorter than any header");
-        assert_eq!(parse_ud(&b, SLOT + 1), None, "longer than a slot");
+        assert_eq!(
+            parse_ud(&b, 100, false),
+            Some(("10.0.0.2:7174".parse().unwrap(), 8))
+        );
+        assert_eq!(parse_ud(&b, 7, false), None, "shorter than any header");
+        assert_eq!(parse_ud(&b, SLOT + 1, false), None, "longer than a slot");
+        assert_eq!(
+            parse_ud(&b, 8, true),
+            None,
+            "version 4 header on an IPv6 queue pair"
+        );
         let h6 = DsHeader {
             port: 1,
             addr: "::1".parse().unwrap(),
             flowinfo: 5,
         };
         h6.emit(&mut b);
-        let (src, len) = parse_ud(&b, 24).unwrap();
+        assert_eq!(
+            parse_ud(&b, 24, false),
+            None,
+            "version 6 header on an IPv4 queue pair"
+        );
+        let (src, len) = parse_ud(&b, 24, true).unwrap();
         assert_eq!(len, 24);
         let SocketAddr::V6(v) = src else {
             panic!("v6 expected")
@@ -264,9 +284,16 @@ mod tests {
             "[::1]:1".parse().unwrap(),
             "but not part of the key"
         );
-        assert_eq!(parse_ud(&b, 20), None, "IPv6 header cut short");
+        assert_eq!(parse_ud(&b, 20, true), None, "IPv6 header cut short");
         b[1] = 8;
-        assert_eq!(parse_ud(&b, 24), None, "version 6 with the IPv4 length");
+        assert_eq!(
+            parse_ud(&b, 24, true),
+            None,
+            "version 6 with the IPv4 length"
+        );
+        b[0] = 7;
+        b[1] = 24;
+        assert_eq!(parse_ud(&b, 24, true), None, "unknown version");
     }
 
     #[test]
