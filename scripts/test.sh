@@ -6,6 +6,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each "== title" line below is followed, when the next one starts, by the seconds the
+# previous step took.
+t0=$SECONDS
+took() { echo "== (took $((SECONDS - t0)) s)"; t0=$SECONDS; }
+
 # The optional parts' system packages (verbs provider, Debian's rdmacm-utils): installed when
 # running as root, otherwise their tests are skipped with a message.
 verbs=1
@@ -18,17 +23,20 @@ fi
 echo "== cargo test (release)"
 cargo test --workspace --release -- --test-threads=2
 
+took
 if [ "$verbs" = 1 ]; then
   echo "== verbs provider (hardware tests run when DP_TEST_DEVICE names a device)"
   cargo test -p dp-verbs --features verbs --release -- --test-threads=1
 fi
 
+took
 # The wire codecs, the protocol state machines and mempool once more in debug, where
 # overflow checks and `debug_assert!`s run (the release run above skips both).
 echo "== unit tests in debug (wire codecs, state machines, shm control messages, mempool)"
 cargo test -p dp-wire -p dp-rsocket -p dp-shm -p mempool --lib -- --test-threads=2
 cargo test -p dp-rsocket --test rsocket_sim -- --test-threads=2
 
+took
 # The C API tests of the drop-in librdmacm.so.1 (built above in release) under memcheck.
 # Only definite leaks are errors: the library's service threads are still running at exit,
 # so what they hold shows as "possibly lost". Suppressions: scripts/valgrind.supp.
@@ -42,6 +50,7 @@ for line in sys.stdin:
     t = m.get("target", {})
     if t.get("name") == "api" and t.get("kind") == ["test"] and m.get("executable"):
         print(m["executable"])')
+  [ -n "$api" ] || { echo "== the api test binary of dp-rsocket-c was not found" >&2; exit 1; }
   cargo build --release --quiet -p dp-rsocket-c
   DP_RSOCKET_LIB="$PWD/target/release/librdmacm.so" \
     valgrind --quiet --error-exitcode=1 --suppressions=scripts/valgrind.supp \
@@ -52,6 +61,8 @@ else
        "(scripts/setup.sh installs it as root)"
 fi
 
+took
 echo "== loom models (mempool rings and pools)"
 RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
   cargo test -p mempool --release --test 'loom_*' 2>&1 | tail -n 5
+took
