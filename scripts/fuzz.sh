@@ -178,6 +178,7 @@ campaign() {
     fi
   done
   rm -f "$log.run"
+  elapsed=$(($(date +%s) - t0))
   unknown=0
   sigs=""
   local sig note
@@ -197,10 +198,10 @@ campaign() {
 }
 
 report() {
-  local t=$1 secs=$2
+  local t=$1
   kinds=0
   [ -n "$sigs" ] && kinds=$(wc -l <<< "$sigs")
-  say "$t: $execs inputs executed in ${secs}s, $crashes crashes of $kinds kinds" \
+  say "$t: $execs inputs executed in ${elapsed}s, $crashes crashes of $kinds kinds" \
       "($unknown new inputs not in $known)"
   [ -n "$sigs" ] && echo "$sigs"
   return 0
@@ -222,7 +223,7 @@ case "$cmd" in
     for t in $(targets); do
       replay "$t" || fail=$((fail + $?))
       campaign "$t" "$secs"
-      report "$t" "$secs"
+      report "$t"
       fail=$((fail + unknown))
     done
     if [ "$fail" -gt 0 ]; then
@@ -235,7 +236,7 @@ case "$cmd" in
     [ $# -eq 3 ] || { echo "usage: $0 run TARGET SECONDS" >&2; exit 2; }
     build "$2"
     campaign "$2" "$3"
-    report "$2" "$3"
+    report "$2"
     [ "$unknown" -eq 0 ]
     ;;
   all)
@@ -246,7 +247,7 @@ case "$cmd" in
     total_unknown=0
     for t in $(targets); do
       campaign "$t" "$2"
-      report "$t" "$2"
+      report "$t"
       table+="$t | $execs | $crashes | $kinds | $unknown"$'\n'
       total_unknown=$((total_unknown + unknown))
     done
