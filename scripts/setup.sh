@@ -4,13 +4,15 @@
 #   libibverbs-dev librdmacm-dev libclang-dev pkg-config   the `verbs` provider (rdma-sys)
 #   rdmacm-utils                                           Debian's rstream/riostream, for the
 #                                                          librdmacm drop-in tests
+#   valgrind                                               memcheck over the C API tests
+#                                                          (scripts/test.sh)
 #   dpdk dpdk-dev                                          dpdk-test, for scripts/bench-vs-dpdk.sh
 #
 # The default build needs none of this: only cargo. Run as root; without root it only says
 # what is missing.
 set -euo pipefail
 
-pkgs=(libibverbs-dev librdmacm-dev libclang-dev pkg-config rdmacm-utils ibverbs-providers)
+pkgs=(libibverbs-dev librdmacm-dev libclang-dev pkg-config rdmacm-utils ibverbs-providers valgrind)
 if [ "${DP_SETUP_DPDK:-0}" = 1 ]; then pkgs+=(dpdk dpdk-dev); fi
 
 missing=()

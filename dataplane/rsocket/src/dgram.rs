@@ -88,6 +88,9 @@
 mod progress;
 mod qp;
 mod rx;
+// Fuzz-target entry points (`--cfg fuzzing` only); uses `qp` and `rx`.
+#[cfg(fuzzing)]
+pub mod fuzzing;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};

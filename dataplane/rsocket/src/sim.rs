@@ -16,6 +16,15 @@
 //! segments of posted requests) is checked against the buffer it names. An access outside
 //! it neither panics nor wraps: it is refused, counted in [`SideState::bounds_faults`] and
 //! recorded in [`SideState::last_bounds_fault`], so a test can assert that none happened.
+//!
+//! # A hostile peer
+//!
+//! For adversarial tests (the fuzz target `stream_conn`), side `b` can be played by the
+//! test instead of its state machine: [`SimPair::connect_edited`] lets it lie in its
+//! connection data, [`SimPair::peer_write`] and [`SimPair::inject_recv`] are what a hostile
+//! peer (or its NIC) can make happen at `a`, [`SimPair::deliver_due`] and
+//! [`SimPair::tick`] run the fabric and the clock without running either state machine,
+//! and [`SideState::posted`] records every request a side posts.
 
 use core::cell::Cell;
 use core::ops::Range;
@@ -84,6 +93,35 @@ pub struct SideState {
     /// `Cell`: reads take `&self`.
     bounds_faults: Cell<u64>,
     last_bounds_fault: Cell<Option<(Buf, u32, usize)>>,
+    /// Every send request this side posted, in order, while `Some` (a test sets it to
+    /// `Some(Vec::new())` to start recording and drains it).
+    pub posted: Option<Vec<PostedWr>>,
+}
+
+/// A send request as a side posted it (see [`SideState::posted`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PostedWr {
+    /// The state machine's work-request id.
+    pub wr_id: u64,
+    /// The immediate, for an RDMA WRITE with immediate.
+    pub imm: Option<u32>,
+    /// Destination in the peer's memory.
+    pub remote: RemoteAddr,
+    /// The payload, gathered at post time.
+    pub data: Vec<u8>,
+}
+
+/// What became of a hostile peer's RDMA WRITE ([`SimPair::peer_write`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerWrite {
+    /// The bytes landed (and the immediate, if any, completed a receive).
+    Placed,
+    /// Key, range or rights did not allow it: nothing landed (the peer's own request
+    /// fails with a remote access error, which is the peer's problem).
+    Rejected,
+    /// A write with immediate found no receive posted: nothing happened (the peer's NIC
+    /// would retry it later).
+    NotReady,
 }
 
 impl SimSide {
@@ -117,6 +155,7 @@ impl SimSide {
                 rnr_waits: 0,
                 bounds_faults: Cell::new(0),
                 last_bounds_fault: Cell::new(None),
+                posted: None,
             },
         }
     }
@@ -222,10 +261,11 @@ impl SideState {
     fn place(&mut self, r: RemoteAddr, data: &[u8]) -> bool {
         let len = data.len() as u64;
         let io_at = self.base + IOMEM_AT;
-        if r.rkey == self.iomem_key()
-            && r.addr >= io_at
-            && r.addr + len <= io_at + self.iomem.len() as u64
-        {
+        // Ends are computed with checked arithmetic: a hostile peer may name any address.
+        let Some(end) = r.addr.checked_add(len) else {
+            return false;
+        };
+        if r.rkey == self.iomem_key() && r.addr >= io_at && end <= io_at + self.iomem.len() as u64 {
             let off = (r.addr - io_at) as usize;
             self.iomem[off..off + data.len()].copy_from_slice(data);
             return true;
@@ -235,7 +275,7 @@ impl SideState {
             (Buf::Target, self.keys.target_addr, self.keys.target_rkey),
         ] {
             let size = self.buf(b).len() as u64;
-            if r.rkey == key && r.addr >= at && r.addr + len <= at + size {
+            if r.rkey == key && r.addr >= at && end <= at + size {
                 let off = (r.addr - at) as usize;
                 self.buf_mut(b)[off..off + data.len()].copy_from_slice(data);
                 return true;
@@ -307,6 +347,14 @@ impl RsIo for SimIo<'_> {
                 v
             }
         };
+        if let Some(log) = &mut s.posted {
+            log.push(PostedWr {
+                wr_id: wr.wr_id,
+                imm: wr.imm,
+                remote: wr.remote,
+                data: data.clone(),
+            });
+        }
         s.sq.push_back(InFlight {
             wr_id: wr.wr_id,
             imm: wr.imm,
@@ -354,6 +402,24 @@ impl SimPair {
         ra.expect("establish a");
         rb.expect("establish b");
         p
+    }
+
+    /// Like [`connect2`](Self::connect2), but `edit` may rewrite `b`'s connection data
+    /// before `a` establishes with it (a broken or hostile peer). Returns `a`'s
+    /// `establish` result; `b` establishes with `a`'s true data.
+    ///
+    /// # Panics
+    /// If `b` cannot establish (which does not depend on `edit`).
+    pub fn connect_edited(
+        ca: StreamConfig,
+        cb: StreamConfig,
+        latency: Duration,
+        edit: impl FnOnce(&mut ConnDataRepr),
+    ) -> (Self, Result<(), RsError>) {
+        let mut p = Self::unestablished(ca, cb, latency);
+        let (ra, rb) = p.establish_with(|_, db| edit(db));
+        rb.expect("establish b");
+        (p, ra)
     }
 
     /// Creates two sides with their receives posted but not established yet (as between
@@ -584,5 +650,174 @@ impl SimPair {
     /// Side `a`'s base address (for tests that craft remote addresses).
     pub fn base(&self, a: bool) -> u64 {
         if a { self.a.st.base } else { self.b.st.base }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// A hostile peer: the test plays one side's application (and what its NIC can be made to do)
+// ------------------------------------------------------------------------------------------
+
+impl SimPair {
+    /// Side `a`'s state then `b`'s (`a_first`), or the other way round.
+    fn states(&mut self, a_first: bool) -> (&mut SideState, &mut SideState) {
+        if a_first {
+            (&mut self.a.st, &mut self.b.st)
+        } else {
+            (&mut self.b.st, &mut self.a.st)
+        }
+    }
+
+    /// Executes the due requests of side `a` (`from_a`) or `b` towards the other, as
+    /// [`step`](Self::step) does, without running either state machine. Returns true if
+    /// anything was executed.
+    pub fn deliver_due(&mut self, from_a: bool) -> bool {
+        let now = self.now;
+        let rnr = self.rnr_delay;
+        let (from, to) = self.states(from_a);
+        Self::deliver(from, to, now, rnr)
+    }
+
+    /// Advances virtual time by `d` without stepping: nothing runs, not even timers (the
+    /// test calls `handle_timeout` itself when `poll_timeout` says so).
+    pub fn tick(&mut self, d: Duration) {
+        let t = self.now.saturating_add(d);
+        self.set_now(t);
+        self.a.st.release_parked();
+        self.b.st.release_parked();
+    }
+
+    /// The peer of side `to_a` RDMA-writes `data` to `remote` in that side's memory, with
+    /// immediate `imm` if `Some`, checked against the side's keys and ranges as hardware
+    /// checks them. Out of order with the peer's queued requests: it is not the peer's state
+    /// machine that writes.
+    pub fn peer_write(
+        &mut self,
+        to_a: bool,
+        remote: RemoteAddr,
+        data: &[u8],
+        imm: Option<u32>,
+    ) -> PeerWrite {
+        let (to, _) = self.states(to_a);
+        if imm.is_some() && to.recvs.is_empty() {
+            return PeerWrite::NotReady;
+        }
+        if !data.is_empty() && !to.place(remote, data) {
+            return PeerWrite::Rejected;
+        }
+        if imm.is_some() {
+            let r = to.recvs.pop_front().expect("checked non-empty");
+            to.cq.push_back(Completion {
+                wr_id: r,
+                status: WcStatus::Success,
+                opcode: WcOpcode::RecvRdmaWithImm,
+                byte_len: data.len() as u32,
+                imm,
+                qp_num: 2,
+                src_qp: 0,
+            });
+        }
+        PeerWrite::Placed
+    }
+
+    /// Completes the next posted receive of side `to_a` with exactly these fields, whatever
+    /// was written: more than a real peer can do (it cannot choose `byte_len` or `status`),
+    /// so a state machine that survives this survives any peer. False (nothing queued) if no
+    /// receive is posted.
+    pub fn inject_recv(
+        &mut self,
+        to_a: bool,
+        imm: Option<u32>,
+        byte_len: u32,
+        status: WcStatus,
+    ) -> bool {
+        let (to, _) = self.states(to_a);
+        let Some(r) = to.recvs.pop_front() else {
+            return false;
+        };
+        to.cq.push_back(Completion {
+            wr_id: r,
+            status,
+            opcode: WcOpcode::RecvRdmaWithImm,
+            byte_len,
+            imm,
+            qp_num: 2,
+            src_qp: 0,
+        });
+        true
+    }
+}
+
+impl SideState {
+    /// The addresses and keys of this side's buffers, as its peer learns them.
+    pub fn keys(&self) -> LocalKeys {
+        self.keys
+    }
+
+    /// Receives posted and not yet consumed.
+    pub fn posted_recvs(&self) -> usize {
+        self.recvs.len()
+    }
+
+    /// Requests posted and not yet executed.
+    pub fn in_flight(&self) -> usize {
+        self.sq.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{RsMsg, RsOp};
+
+    fn cfg() -> StreamConfig {
+        StreamConfig {
+            sq_size: 16,
+            rq_size: 16,
+            sbuf_size: 4096,
+            rbuf_size: 4096,
+            sq_inline: 64,
+            target_iomap_size: 0,
+        }
+    }
+
+    #[test]
+    fn hostile_peer_hooks_reach_side_a_only_where_its_keys_allow() {
+        let (mut p, r) = SimPair::connect_edited(cfg(), cfg(), Duration::ZERO, |d| {
+            d.credits = 1;
+        });
+        r.unwrap();
+        p.a.st.posted = Some(Vec::new());
+        let k = p.a.st.keys();
+        let rbuf = RemoteAddr {
+            addr: k.rbuf_addr,
+            rkey: k.rbuf_rkey,
+        };
+        let imm = Some(RsMsg::with(RsOp::Data, 3).0);
+        assert_eq!(p.peer_write(true, rbuf, b"abc", imm), PeerWrite::Placed);
+        let past_end = RemoteAddr {
+            addr: u64::MAX - 1,
+            ..rbuf
+        };
+        assert_eq!(
+            p.peer_write(true, past_end, b"abc", None),
+            PeerWrite::Rejected
+        );
+        assert!(p.inject_recv(true, None, 0, WcStatus::WrFlushErr));
+        p.a.progress();
+        let mut buf = [0u8; 8];
+        assert_eq!(p.a.with(|c, io| c.recv(&mut buf, false, io)), Ok(3));
+        assert_eq!(&buf[..3], b"abc");
+        // One credit granted: one data message, then the sender waits.
+        assert_eq!(p.a.with(|c, io| c.send(&[7; 10], io)), Ok(10));
+        assert_eq!(
+            p.a.with(|c, io| c.send(&[7; 10], io)),
+            Err(RsError::WouldBlock)
+        );
+        let posted = p.a.st.posted.take().unwrap();
+        assert!(posted.iter().any(|w| w.data == [7; 10]));
+        assert_eq!(p.a.st.in_flight(), posted.len());
+        p.tick(Duration::from_micros(1));
+        assert!(p.deliver_due(true));
+        assert_eq!(p.a.st.in_flight(), 0);
     }
 }

@@ -17,7 +17,7 @@
 //! The endpoint description carries the queue-pair segment, the receive CQ's doorbell, the
 //! key table and every exported region (as descriptors). Each side maps the other's before
 //! it reports the connection established, so keys exchanged in private data work at once.
-//! What happens when a message arrives is in [`conn`](crate::conn), where the service
+//! What happens when a message arrives is in the module `conn`, where the service
 //! thread's handlers live.
 
 use std::collections::{HashMap, VecDeque};

@@ -30,7 +30,7 @@
 //! violations complete with `REM_ACCESS_ERR` and move both queue pairs to the error state;
 //! a queue pair in error flushes everything outstanding with `WR_FLUSH_ERR`. Connection
 //! management follows the RDMA CM (see [`cm`]). A peer process that dies is seen as a
-//! hang-up of its connection sockets by the device's service thread (see [`service`]),
+//! hang-up of its connection sockets by the device's service thread (module `service`),
 //! which errors the queue pairs and queues `Disconnected` events.
 //!
 //! # Limits
@@ -76,6 +76,9 @@ mod share;
 mod ud;
 mod unix;
 mod util;
+// Fuzz-target entry points (`--cfg fuzzing` only); uses `layout` and `msg`.
+#[cfg(fuzzing)]
+pub mod fuzzing;
 
 use std::path::PathBuf;
 

@@ -5,8 +5,8 @@
 //! accesses and work requests go through an [`RsIo`] the caller supplies, completions come
 //! in through [`StreamConn::handle_completion`], and time through
 //! [`StreamConn::handle_timeout`]. The real socket layer implements `RsIo` over a fabric
-//! queue pair and registered memory; the simulator in [`super::sim`] implements it over
-//! plain vectors with virtual time.
+//! queue pair and registered memory; the simulator (module `sim`, feature `testing`)
+//! implements it over plain vectors with virtual time.
 //!
 //! # Method groups (quinn-proto's taxonomy)
 //!
