@@ -36,8 +36,11 @@ pub struct PercentileSeries {
 
 impl PercentileSeries {
     /// The distribution in `h`, whose values are `ns_per_unit` nanoseconds each (1.0 for a
-    /// histogram of nanoseconds), at HdrHistogram's usual resolution: five points per halving
-    /// of the remaining tail, and the maximum at 100 %. `None` for an empty histogram.
+    /// histogram of nanoseconds): the minimum at 0 %, 10 to 40 %, then ten points per decade
+    /// of 1/(1-p) from 50 % (90, 99, 99.9 % ... among them) as far as the samples resolve
+    /// the tail, and the maximum at 100 %. Every point is `h.value_at_quantile(p / 100)`, so
+    /// the curve passes exactly through the percentiles a report prints from the same
+    /// histogram. `None` for an empty histogram.
     pub fn from_histogram(
         label: impl Into<String>,
         h: &Histogram<u64>,
@@ -46,31 +49,37 @@ impl PercentileSeries {
         if h.is_empty() {
             return None;
         }
-        let mut points: Vec<Quantile> = Vec::new();
-        for v in h.iter_quantiles(5) {
-            let q = Quantile {
-                // Rounded: the iterator's sums carry float noise (30.000000000000004).
-                percentile: (v.quantile_iterated_to() * 1e8).round() / 1e6,
-                ns: v.value_iterated_to() as f64 * ns_per_unit,
-            };
-            // The iterator repeats a value while it steps through quantiles inside one
-            // bucket; keep the last percentile of each step only.
-            match points.last_mut() {
-                Some(last) if last.ns == q.ns => last.percentile = q.percentile,
-                _ => points.push(q),
+        // 1/(1-p) = m * 10^d; the tail 100/(m * 10^d) in percent is computed from the
+        // integers so that 50, 90, 99 ... come out exact.
+        const MANTISSAS: [f64; 10] = [1.0, 1.25, 1.6, 2.0, 2.5, 3.2, 4.0, 5.0, 6.3, 8.0];
+        let n = h.len() as f64;
+        let mut percentiles: Vec<f64> = vec![10.0, 20.0, 30.0, 40.0];
+        'grid: for d in 0..=9 {
+            for m in MANTISSAS {
+                let x = m * 10f64.powi(d);
+                if x < 2.0 {
+                    continue;
+                }
+                if x > n {
+                    break 'grid;
+                }
+                percentiles.push(100.0 - 100.0 / x);
             }
         }
-        // The first point is the minimum at 0 %: make sure it is there even when the first
-        // iterated step already covers it.
-        if points.first().is_some_and(|p| p.percentile > 0.0) {
-            points.insert(
-                0,
-                Quantile {
-                    percentile: 0.0,
-                    ns: h.min() as f64 * ns_per_unit,
-                },
-            );
+        let mut points = vec![Quantile {
+            percentile: 0.0,
+            ns: h.min() as f64 * ns_per_unit,
+        }];
+        for p in percentiles {
+            points.push(Quantile {
+                percentile: p,
+                ns: h.value_at_quantile(p / 100.0) as f64 * ns_per_unit,
+            });
         }
+        points.push(Quantile {
+            percentile: 100.0,
+            ns: h.max() as f64 * ns_per_unit,
+        });
         Some(Self {
             label: label.into(),
             count: h.len(),
@@ -283,16 +292,29 @@ mod tests {
         let p50 = s.at(50.0).unwrap();
         assert!((4_990.0..=5_010.0).contains(&p50), "{p50}");
         let p99 = s.at(99.0).unwrap();
-        // The first point at or above 99 %: within a step of the iteration.
-        assert!((9_890.0..=9_950.0).contains(&p99), "{p99}");
+        assert!((9_890.0..=9_910.0).contains(&p99), "{p99}");
+        let mut h = Histogram::<u64>::new(3).unwrap();
+        for v in 1..=10_000u64 {
+            h.record(v).unwrap();
+        }
+        for q in [0.5, 0.9, 0.99, 0.999, 0.9999] {
+            assert_eq!(
+                s.at(q * 100.0),
+                Some(h.value_at_quantile(q) as f64),
+                "the curve passes through the histogram's own p{q}"
+            );
+        }
+        // 10,000 samples resolve the tail to 99.99 %, and no further.
+        let tail = s.points[s.points.len() - 2].percentile;
+        assert!((99.98..=99.99).contains(&tail), "{tail}");
         assert!(
             s.points
                 .windows(2)
                 .all(|w| w[0].percentile <= w[1].percentile && w[0].ns <= w[1].ns),
             "increasing"
         );
-        // Enough points to draw a tail: several per decade of 1/(1-p).
-        assert!(s.points.len() > 30, "{}", s.points.len());
+        // Enough points to draw a tail: ten per decade of 1/(1-p).
+        assert!(s.points.len() > 40, "{}", s.points.len());
         assert_eq!(PercentileSeries::from_samples("x", []), None);
     }
 

@@ -60,6 +60,7 @@ pub(crate) fn draw<DB: DrawingBackend>(
     let mut chart = ChartBuilder::on(area)
         .caption("latency distribution", (FONT, 17))
         .margin(12)
+        .margin_right(28)
         .x_label_area_size(44)
         .y_label_area_size(78)
         .build_cartesian_2d(
@@ -72,7 +73,14 @@ pub(crate) fn draw<DB: DrawingBackend>(
         .x_desc("percentile")
         .y_desc("latency")
         .x_label_formatter(&|x| fmt_percentile(100.0 * (1.0 - 1.0 / x)))
-        .y_label_formatter(&|y| fmt_ns(*y))
+        // No labels in the legend's headroom above the data.
+        .y_label_formatter(&|y| {
+            if *y > ytop * 1.01 {
+                String::new()
+            } else {
+                fmt_ns(*y)
+            }
+        })
         .label_style((FONT, 13))
         .axis_desc_style((FONT, 14))
         .light_line_style(RGBColor(235, 235, 235))
@@ -81,12 +89,19 @@ pub(crate) fn draw<DB: DrawingBackend>(
         .map_err(err)?;
     let n = series.len();
     for (i, s) in series.iter().enumerate() {
-        let pts: Vec<(f64, f64)> = s
-            .points
-            .iter()
-            .filter(|p| ok(p.ns))
-            .map(|p| (x_of(p.percentile, xmax), p.ns))
-            .collect();
+        let mut pts: Vec<(f64, f64)> = Vec::with_capacity(s.points.len() + 1);
+        for p in s.points.iter().filter(|p| ok(p.ns)) {
+            if p.percentile >= 100.0 {
+                // The maximum is the last of `count` samples: it sits at 1/(1-p) = count,
+                // and holds from there to the right edge, as HdrHistogram draws it (the
+                // resolution of the tail ends where the samples do).
+                let at = (s.count.max(1) as f64).clamp(pts.last().map_or(1.0, |l| l.0), xmax);
+                pts.push((at, p.ns));
+                pts.push((xmax, p.ns));
+            } else {
+                pts.push((x_of(p.percentile, xmax), p.ns));
+            }
+        }
         if pts.is_empty() {
             continue;
         }

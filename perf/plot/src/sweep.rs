@@ -81,6 +81,7 @@ pub(crate) fn draw<DB: DrawingBackend>(
     let mut chart = ChartBuilder::on(area)
         .caption(caption, (FONT, 17))
         .margin(12)
+        .margin_right(28)
         .x_label_area_size(44)
         .y_label_area_size(78)
         .build_cartesian_2d(
@@ -93,7 +94,9 @@ pub(crate) fn draw<DB: DrawingBackend>(
         .x_desc("message size")
         .y_desc(y_desc)
         .x_label_formatter(&|x| fmt_bytes(*x))
+        // No labels in the legend's headroom above the data.
         .y_label_formatter(&|y| match metric {
+            _ if *y > ytop * 1.01 => String::new(),
             Metric::Bandwidth => fmt_gbps(*y),
             Metric::Latency => fmt_ns(*y),
         })
