@@ -72,6 +72,7 @@ pub(crate) fn draw<DB: DrawingBackend>(
         .configure_mesh()
         .x_desc("percentile")
         .y_desc("latency")
+        .y_labels(8)
         .x_label_formatter(&|x| fmt_percentile(100.0 * (1.0 - 1.0 / x)))
         // No labels in the legend's headroom above the data.
         .y_label_formatter(&|y| {

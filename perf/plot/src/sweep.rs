@@ -93,6 +93,7 @@ pub(crate) fn draw<DB: DrawingBackend>(
         .configure_mesh()
         .x_desc("message size")
         .y_desc(y_desc)
+        .y_labels(8)
         .x_label_formatter(&|x| fmt_bytes(*x))
         // No labels in the legend's headroom above the data.
         .y_label_formatter(&|y| match metric {
