@@ -22,7 +22,7 @@
 //!
 //! # The pictures
 //!
-//! [`write`] picks the format from the file name's extension: `.svg`, `.png`, or `.json`
+//! [`write()`] picks the format from the file name's extension: `.svg`, `.png`, or `.json`
 //! (the figure's data). A figure draws up to three panels side by side, each only when some
 //! series has data for it:
 //!
