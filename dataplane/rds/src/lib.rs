@@ -1,0 +1,7 @@
+//! `dp-rds`: RDS, reliable datagram sockets (placeholder crate doc, rewritten below).
+#![deny(unsafe_code)]
+
+pub mod addr;
+pub mod rng;
+pub mod store;
+pub mod wire;
