@@ -2,6 +2,10 @@
 #![deny(unsafe_code)]
 
 pub mod addr;
+pub mod path;
 pub mod rng;
+pub mod stats;
 pub mod store;
 pub mod wire;
+
+pub use path::Path;

@@ -61,6 +61,11 @@ impl Chain {
     pub fn first(&self) -> Option<FragId> {
         (self.head != NIL).then_some(FragId(self.head))
     }
+
+    /// The last fragment.
+    pub fn last(&self) -> Option<FragId> {
+        (self.tail != NIL).then_some(FragId(self.tail))
+    }
 }
 
 impl Default for Chain {

@@ -41,7 +41,7 @@ impl Store {
     /// no socket list, on no path queue, no frame in flight. Returns true if freed.
     pub fn release_if_unused(&mut self, id: MsgId) -> bool {
         let m = self.msgs.get_mut(id);
-        if m.bits & (Msg::ON_SOCK | Msg::ON_CONN) != 0 || m.in_flight != 0 {
+        if m.bits & (Msg::ON_SOCK | Msg::ON_CONN | Msg::IN_XMIT) != 0 || m.in_flight != 0 {
             return false;
         }
         let mut chain = m.frags;
@@ -54,7 +54,7 @@ impl Store {
     /// Frees a message that was never shared (a receive being dropped, a failed send).
     pub fn free_now(&mut self, id: MsgId) {
         let m = self.msgs.get_mut(id);
-        m.bits &= !(Msg::ON_SOCK | Msg::ON_CONN);
+        m.bits &= !(Msg::ON_SOCK | Msg::ON_CONN | Msg::IN_XMIT);
         m.in_flight = 0;
         self.release_if_unused(id);
     }

@@ -10,7 +10,7 @@
 //!
 //! Ownership replaces the kernel's reference count: a sent message is freed when it is on
 //! neither lane ([`Msg::ON_SOCK`], [`Msg::ON_CONN`] clear) and no transmitted frame still
-//! points at its fragments ([`Msg::in_flight`] is 0); see `Store::release_if_unused`.
+//! points at its fragments ([`Msg::in_flight`] is 0, [`Msg::IN_XMIT`] clear); see `Store::release_if_unused`.
 
 use lcore::time::Instant;
 
@@ -104,6 +104,8 @@ impl Msg {
     pub const CONG_MAP: u16 = 1 << 7;
     /// On a path's retransmit queue (else its send queue), when [`Msg::ON_CONN`].
     pub const ON_RETRANS: u16 = 1 << 8;
+    /// Being transmitted: a path's cursor still has fragments of it to hand out.
+    pub const IN_XMIT: u16 = 1 << 9;
 
     fn blank() -> Self {
         Self {

@@ -1,0 +1,1 @@
+//! Path-level tests (placeholder).
