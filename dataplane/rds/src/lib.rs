@@ -2,10 +2,19 @@
 #![deny(unsafe_code)]
 
 pub mod addr;
+pub mod engine;
+pub mod error;
 pub mod path;
 pub mod rng;
 pub mod stats;
 pub mod store;
+pub mod uapi;
 pub mod wire;
 
-pub use path::Path;
+pub use engine::{
+    Accept, EngineError, Incoming, RdsConfig, RdsEngine, RdsSocket, Ready, Received, RecvFlags,
+    Reject, SendCmsg, SendFlags, SocketEvent, TransportCmd, TransportKind, TransportSpec,
+};
+pub use error::{Block, RdsError};
+pub use path::{Path, PathId};
+pub use stats::Stats;

@@ -146,6 +146,7 @@ pub struct Path {
     pub(super) cmd_disconnect: bool,
     pub(super) events: PathEvents,
     pub(super) violation: Option<Violation>,
+    pub(super) pending_peer: PeerParams,
     // Hand-offs to the engine (Lane::Conn lists).
     pub(super) rx_done: List,
     pub(super) released: List,
@@ -192,6 +193,7 @@ impl Path {
             cmd_disconnect: false,
             events: PathEvents::default(),
             violation: None,
+            pending_peer: PeerParams::default(),
             rx_done: List::new(),
             released: List::new(),
             dropped: List::new(),
@@ -554,6 +556,17 @@ impl Path {
             at = ctx.store.msgs.next(Lane::Conn, id);
             ctx.store.msgs.get_mut(id).set(Msg::FLUSH);
         }
+    }
+
+    /// Keeps what the peer's connect request carried (passive side of a message
+    /// transport) until the connection is established.
+    pub fn set_pending_peer(&mut self, peer: PeerParams) {
+        self.pending_peer = peer;
+    }
+
+    /// Takes what [`set_pending_peer`](Self::set_pending_peer) kept.
+    pub fn take_pending_peer(&mut self) -> PeerParams {
+        core::mem::take(&mut self.pending_peer)
     }
 
     /// Holds (or releases) transmission on this path: the multipath catch-up rule keeps
