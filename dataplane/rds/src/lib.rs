@@ -6,6 +6,8 @@ pub mod engine;
 pub mod error;
 pub mod path;
 pub mod rng;
+#[cfg(feature = "testing")]
+pub mod sim;
 pub mod stats;
 pub mod store;
 pub mod uapi;

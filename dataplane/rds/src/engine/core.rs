@@ -41,9 +41,6 @@ pub enum TransportCmd {
         faddr: IpAddr,
         /// Type of service.
         tos: u8,
-        /// Private data for the connect request (message transports: RDS-IB's
-        /// `rds_ib_connect_private`, proposing 3.1 with our initial credits).
-        private: Option<IbConnPrivRepr>,
     },
     /// Tear this path's connection down; report [`RdsEngine::handle_transport_down`] when
     /// nothing it was given can complete any more.
@@ -73,13 +70,14 @@ pub struct Incoming<'a> {
 /// The answer to an [`Incoming`] request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Accept {
-    /// Accept it for `path`, with this reply private data (message transports); then
-    /// report [`RdsEngine::handle_connected`] when it is established.
+    /// Accept it for `path`: set the connection up (post its receives), take the reply's
+    /// private data from [`RdsEngine::accept_private`] (message transports), and report
+    /// [`RdsEngine::handle_connected`] when it is established.
     Yes {
         /// The path it serves.
         path: PathId,
-        /// The reply's private data.
-        private: Option<IbConnPrivRepr>,
+        /// The protocol version negotiated (message transports).
+        version: IbVersion,
     },
     /// Refuse it (RDS-IB: reject; the reason's private data is [`ib::REJ_INCOMPAT`] for a
     /// version mismatch).
@@ -446,18 +444,13 @@ impl RdsEngine {
             let key = conn.key;
             let out = match cmd {
                 PathCmd::Disconnect => TransportCmd::Disconnect { path: id },
-                PathCmd::Connect => {
-                    let private = (conn.spec.path.flavor == crate::path::Flavor::Message)
-                        .then(|| self.private_data(id, IbVersion::PROPOSED, true));
-                    TransportCmd::Connect {
-                        path: id,
-                        transport: key.transport,
-                        laddr: key.laddr.ip(),
-                        faddr: key.faddr.ip(),
-                        tos: key.tos,
-                        private,
-                    }
-                }
+                PathCmd::Connect => TransportCmd::Connect {
+                    path: id,
+                    transport: key.transport,
+                    laddr: key.laddr.ip(),
+                    faddr: key.faddr.ip(),
+                    tos: key.tos,
+                },
             };
             // The path may have more (a disconnect then a connect).
             let p = &self.conns[id.conn as usize].paths[id.index as usize];
@@ -468,6 +461,26 @@ impl RdsEngine {
             return Some(out);
         }
         None
+    }
+
+    /// The private data of our connect request on a message transport: RDS-IB's
+    /// `rds_ib_connect_private` proposing 3.1, with our ack and, with flow control, every
+    /// receive posted so far as initial credits. Call it after posting the connection's
+    /// receives ([`handle_recv_posted`](Self::handle_recv_posted)).
+    pub fn connect_private(&mut self, path: PathId) -> Option<IbConnPrivRepr> {
+        self.valid(path)
+            .then(|| self.private_data(path, IbVersion::PROPOSED, true))
+    }
+
+    /// The private data of our reply to an accepted request ([`Accept::Yes`]): the
+    /// negotiated version, our ack, and initial credits if the peer offered flow control.
+    pub fn accept_private(&mut self, path: PathId, version: IbVersion) -> Option<IbConnPrivRepr> {
+        if !self.valid(path) {
+            return None;
+        }
+        let p = &self.conns[path.conn as usize].paths[path.index as usize];
+        let grant = p.pending_peer_credits() != 0;
+        Some(self.private_data(path, version, grant))
     }
 
     /// RDS-IB private data for a path: our addresses, the version, our ack, and (with flow
@@ -523,15 +536,13 @@ impl RdsEngine {
         let index = req.path_index.min(self.conns[c as usize].paths.len() as u8 - 1);
         let id = PathId { conn: c, index };
         let ok = self.with_path(id, |p, ctx| p.handle_incoming(now, ctx));
-        let mut private = None;
         if ok && message {
-            // The peer's private data applies now: its ack, and flow control if it granted.
+            // The request's ack and credits apply when the connection is established.
             self.conns[c as usize].paths[index as usize].set_pending_peer(peer);
-            private = Some(self.private_data(id, version, peer.credits != 0));
         }
         self.after_path(now, id);
         if ok {
-            Accept::Yes { path: id, private }
+            Accept::Yes { path: id, version }
         } else {
             Accept::No(Reject::Busy)
         }
@@ -647,16 +658,22 @@ impl RdsEngine {
     }
 
     /// The next frame to transmit, from any path with work, round robin.
+    ///
+    /// A path that has work but cannot send now (ring full, no credits, held) leaves the
+    /// list until an input (a completion, a credit, an ack) changes that.
     pub fn poll_transmit(&mut self, now: Instant) -> Option<(PathId, TxFrame)> {
         while let Some(slot) = self.tx_active.pop_front() {
-            self.in_tx[slot as usize] = false;
             let id = Self::slot_id(slot);
             self.catch_up(id.conn);
             let f = self.with_path(id, |p, ctx| p.poll_transmit(now, ctx));
-            self.after_path(now, id);
             if let Some(f) = f {
+                self.in_tx[slot as usize] = false;
+                self.after_path(now, id);
                 return Some((id, f));
             }
+            // Still marked: after_path must not put it back for nothing.
+            self.after_path(now, id);
+            self.in_tx[slot as usize] = false;
         }
         None
     }

@@ -258,6 +258,14 @@ impl Path {
     pub fn is_sending(&self) -> bool {
         self.xmit.is_some()
     }
+    /// The ack state (what was received, what was sent, what is requested).
+    pub fn ack_state(&self) -> AckState {
+        self.ack
+    }
+    /// Highest sequence number whose frames were all handed to the transport.
+    pub fn max_sent_seq(&self) -> u64 {
+        self.max_sent_seq
+    }
     /// The violation that last reset this path, if any.
     pub fn last_violation(&self) -> Option<Violation> {
         self.violation
@@ -421,7 +429,6 @@ impl Path {
         self.tx_stream_off = 0;
         self.stream_rx = StreamRx::default();
         self.ack.in_flight = false;
-        self.ack.recv = 0;
         *ctx.map_queued = true;
         self.credits.on = self.cfg.flavor == Flavor::Message
             && self.cfg.flow_control
@@ -533,8 +540,9 @@ impl Path {
         }
         self.stream_rx = StreamRx::default();
         self.credits = Credits::default();
-        self.ack.in_flight = false;
-        self.ack.requested = self.ack.owed();
+        // As rds_ib_conn_path_shutdown: the new connection acks only what arrives on it
+        // (retransmitted duplicates included), and the peer's acks start from 0.
+        self.ack = AckState::default();
         self.timers.stop(Timer::DelayedAck);
         self.tx_stream_off = 0;
     }
@@ -562,6 +570,11 @@ impl Path {
     /// transport) until the connection is established.
     pub fn set_pending_peer(&mut self, peer: PeerParams) {
         self.pending_peer = peer;
+    }
+
+    /// The initial credits the peer's request granted (0 before one arrived).
+    pub fn pending_peer_credits(&self) -> u32 {
+        self.pending_peer.credits
     }
 
     /// Takes what [`set_pending_peer`](Self::set_pending_peer) kept.
