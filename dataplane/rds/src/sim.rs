@@ -83,6 +83,9 @@ struct Dir {
     delivered: u64,
     /// Message links: receives posted at the receiving end.
     posted: u32,
+    /// Message links: receives consumed and not reposted yet (reposted on the receiving
+    /// node's next poll, as a driver refills its ring after a completion batch).
+    consumed: u32,
 }
 
 impl Dir {
@@ -92,6 +95,7 @@ impl Dir {
             pending: VecDeque::new(),
             delivered: 0,
             posted,
+            consumed: 0,
         }
     }
 }
@@ -140,6 +144,8 @@ pub struct SimNet {
     pub nodes: Vec<SimNode>,
     /// Transport counters.
     pub stats: SimStats,
+    /// While `Some`, every transmitted frame is recorded: (node, path, header, payload).
+    pub trace: Option<Vec<(usize, PathId, [u8; HEADER_LEN], Vec<u8>)>>,
     rng: Rng,
     links: Vec<Link>,
     by_end: HashMap<(usize, PathId), usize>,
@@ -155,6 +161,7 @@ impl SimNet {
             now: Instant::from_millis(1),
             nodes: Vec::new(),
             stats: SimStats::default(),
+            trace: None,
             links: Vec::new(),
             by_end: HashMap::new(),
             events: VecDeque::new(),
@@ -206,6 +213,21 @@ impl SimNet {
         }
     }
 
+    /// Per live link: (ends, receives posted each way, frames queued each way).
+    pub fn link_state(&self) -> Vec<([(usize, PathId); 2], [u32; 2], [usize; 2])> {
+        self.links
+            .iter()
+            .filter(|l| l.alive)
+            .map(|l| {
+                (
+                    l.ends,
+                    [l.dirs[0].posted, l.dirs[1].posted],
+                    [l.dirs[0].q.len(), l.dirs[1].q.len()],
+                )
+            })
+            .collect()
+    }
+
     /// Kills every live connection.
     pub fn reset_all(&mut self) -> usize {
         let live: Vec<usize> = (0..self.links.len()).filter(|&l| self.links[l].alive).collect();
@@ -227,8 +249,29 @@ impl SimNet {
         }
     }
 
+    /// Reposts the receives each node consumed (its ring refill after a batch).
+    fn refill(&mut self) {
+        let now = self.now;
+        for l in 0..self.links.len() {
+            if !self.links[l].alive {
+                continue;
+            }
+            for dir in 0..2 {
+                let (to, tpath) = self.links[l].ends[1 - dir];
+                let n = core::mem::take(&mut self.links[l].dirs[dir].consumed);
+                if n > 0 && !self.nodes[to].stalled {
+                    self.links[l].dirs[dir].posted += n;
+                    self.nodes[to].engine.handle_recv_posted(now, tpath, n);
+                } else {
+                    self.links[l].dirs[dir].consumed += n;
+                }
+            }
+        }
+    }
+
     /// Runs every engine's outputs (commands, frames) until none has any.
     fn pump(&mut self) {
+        self.refill();
         loop {
             let mut any = false;
             for n in 0..self.nodes.len() {
@@ -353,6 +396,9 @@ impl SimNet {
 
     fn transmit(&mut self, n: usize, path: PathId, header: [u8; HEADER_LEN], payload: Vec<u8>, token: u64) {
         self.stats.frames += 1;
+        if let Some(t) = &mut self.trace {
+            t.push((n, path, header, payload.clone()));
+        }
         let Some(l) = self.by_end.get(&(n, path)).copied() else {
             // No connection: the frame is lost with it (the path will be reset).
             return;
@@ -418,8 +464,9 @@ impl SimNet {
                             }
                             moved = true;
                             self.stats.delivered += 1;
-                            // The receive is reposted, the sender's frame completes.
-                            self.nodes[to].engine.handle_recv_posted(now, tpath, 1);
+                            let d = &mut self.links[l].dirs[dir];
+                            d.posted -= 1;
+                            d.consumed += 1;
                             self.nodes[from].engine.handle_send_complete(now, fpath, w.token);
                         }
                         Flavor::Stream => {
@@ -491,10 +538,7 @@ impl SimNet {
     /// One round: outputs, then time to the next event, then what is due. Returns false
     /// when nothing is scheduled at all.
     pub fn step(&mut self) -> bool {
-        self.pump();
-        if self.deliver() {
-            self.pump();
-        }
+        self.settle();
         let Some(at) = self.next_due() else {
             return false;
         };
@@ -526,8 +570,19 @@ impl SimNet {
         for n in &mut self.nodes {
             n.engine.handle_timeout(now);
         }
-        self.deliver();
+        self.settle();
         true
+    }
+
+    /// Outputs and deliveries due now, until nothing moves.
+    fn settle(&mut self) {
+        loop {
+            self.pump();
+            if !self.deliver() {
+                self.pump();
+                break;
+            }
+        }
     }
 
     /// Steps until virtual time passes `d` from now (or nothing is scheduled).
