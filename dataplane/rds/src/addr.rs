@@ -67,7 +67,9 @@ impl Addr {
     pub fn check_unicast(self) -> Result<(), &'static str> {
         if let Some(v4) = self.v4() {
             if v4.is_unspecified() {
-                return Err("the IPv4 address is INADDR_ANY; RDS has no wildcard, name one address");
+                return Err(
+                    "the IPv4 address is INADDR_ANY; RDS has no wildcard, name one address",
+                );
             }
             if v4.is_broadcast() {
                 return Err("the IPv4 address is the broadcast address; RDS is unicast only");
@@ -78,7 +80,9 @@ impl Addr {
             return Ok(());
         }
         if self.0.is_unspecified() {
-            return Err("the IPv6 address is unspecified (::); RDS has no wildcard, name one address");
+            return Err(
+                "the IPv6 address is unspecified (::); RDS has no wildcard, name one address",
+            );
         }
         if self.0.is_multicast() {
             return Err("the IPv6 address is multicast; RDS is unicast only");
@@ -129,10 +133,16 @@ mod tests {
     #[test]
     fn test_addr_unicast_rules() {
         for bad in ["0.0.0.0", "255.255.255.255", "224.0.0.1", "::", "ff02::1"] {
-            assert!(Addr::new(bad.parse().unwrap()).check_unicast().is_err(), "{bad}");
+            assert!(
+                Addr::new(bad.parse().unwrap()).check_unicast().is_err(),
+                "{bad}"
+            );
         }
         for good in ["10.0.0.1", "127.0.0.1", "::1", "fe80::1", "2001:db8::2"] {
-            assert!(Addr::new(good.parse().unwrap()).check_unicast().is_ok(), "{good}");
+            assert!(
+                Addr::new(good.parse().unwrap()).check_unicast().is_ok(),
+                "{good}"
+            );
         }
         assert!(Addr::new("fe80::1".parse().unwrap()).is_link_local());
         assert!(Addr::new("127.0.0.9".parse().unwrap()).is_loopback());

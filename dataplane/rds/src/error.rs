@@ -50,7 +50,9 @@ pub enum RdsError {
         what: &'static str,
     },
     /// `ENOBUFS`: the destination port is congested (non-blocking send).
-    #[error("destination port {port} is congested; retry after a congestion update (RDS_CONG_MONITOR)")]
+    #[error(
+        "destination port {port} is congested; retry after a congestion update (RDS_CONG_MONITOR)"
+    )]
     Congested {
         /// The destination port.
         port: u16,
@@ -115,8 +117,8 @@ impl RdsError {
 
 impl From<RdsError> for io::Error {
     fn from(e: RdsError) -> Self {
-        let kind = io::Error::from_raw_os_error(e.errno()).kind();
-        io::Error::new(kind, e)
+        let kind = Self::from_raw_os_error(e.errno()).kind();
+        Self::new(kind, e)
     }
 }
 

@@ -22,10 +22,10 @@ use std::time::Duration;
 use lcore::time::Instant;
 
 use crate::engine::{Accept, Incoming, RdsConfig, RdsEngine, TransportCmd};
+use crate::engine::{RdsSocket, Received, RecvFlags, SendFlags};
 use crate::error::RdsError;
 use crate::path::{Flavor, PathId};
 use crate::rng::Rng;
-use crate::engine::{RdsSocket, Received, RecvFlags, SendFlags};
 use crate::wire::HEADER_LEN;
 
 /// Simulator settings.
@@ -111,10 +111,27 @@ struct Link {
 
 #[derive(Debug)]
 enum Ev {
-    Connected { node: usize, path: PathId, reply: Vec<u8> },
-    ConnectFailed { node: usize, path: PathId },
-    Down { node: usize, path: PathId },
+    Connected {
+        node: usize,
+        path: PathId,
+        reply: Vec<u8>,
+    },
+    ConnectFailed {
+        node: usize,
+        path: PathId,
+    },
+    Down {
+        node: usize,
+        path: PathId,
+    },
 }
+
+/// A transmitted frame as [`SimNet::trace`] records it: node, path, header, payload.
+pub type TracedFrame = (usize, PathId, [u8; HEADER_LEN], Vec<u8>);
+
+/// A live link as [`SimNet::link_state`] reports it: its two ends, the receives posted at
+/// each end, and the frames queued towards each end.
+pub type LinkState = ([(usize, PathId); 2], [u32; 2], [usize; 2]);
 
 /// Counters of the simulated transports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -145,7 +162,7 @@ pub struct SimNet {
     /// Transport counters.
     pub stats: SimStats,
     /// While `Some`, every transmitted frame is recorded: (node, path, header, payload).
-    pub trace: Option<Vec<(usize, PathId, [u8; HEADER_LEN], Vec<u8>)>>,
+    pub trace: Option<Vec<TracedFrame>>,
     rng: Rng,
     links: Vec<Link>,
     by_end: HashMap<(usize, PathId), usize>,
@@ -213,8 +230,8 @@ impl SimNet {
         }
     }
 
-    /// Per live link: (ends, receives posted each way, frames queued each way).
-    pub fn link_state(&self) -> Vec<([(usize, PathId); 2], [u32; 2], [usize; 2])> {
+    /// Every live link.
+    pub fn link_state(&self) -> Vec<LinkState> {
         self.links
             .iter()
             .filter(|l| l.alive)
@@ -230,7 +247,9 @@ impl SimNet {
 
     /// Kills every live connection.
     pub fn reset_all(&mut self) -> usize {
-        let live: Vec<usize> = (0..self.links.len()).filter(|&l| self.links[l].alive).collect();
+        let live: Vec<usize> = (0..self.links.len())
+            .filter(|&l| self.links[l].alive)
+            .collect();
         for &l in &live {
             self.kill(l);
         }
@@ -286,7 +305,8 @@ impl SimNet {
                 while let Some((path, f)) = self.nodes[n].engine.poll_transmit(now) {
                     any = true;
                     let mut payload = vec![0u8; f.payload.len()];
-                    f.payload.copy_to(self.nodes[n].engine.frags(), &mut payload);
+                    f.payload
+                        .copy_to(self.nodes[n].engine.frags(), &mut payload);
                     self.transmit(n, path, f.header, payload, f.token);
                 }
             }
@@ -344,7 +364,10 @@ impl SimNet {
                     private: &pb[..plen],
                 };
                 match self.nodes[m].engine.handle_incoming(now, req) {
-                    Accept::Yes { path: peer, version } => {
+                    Accept::Yes {
+                        path: peer,
+                        version,
+                    } => {
                         if let Some(old) = self.by_end.get(&(m, peer)).copied()
                             && self.links[old].alive
                         {
@@ -394,7 +417,14 @@ impl SimNet {
         }
     }
 
-    fn transmit(&mut self, n: usize, path: PathId, header: [u8; HEADER_LEN], payload: Vec<u8>, token: u64) {
+    fn transmit(
+        &mut self,
+        n: usize,
+        path: PathId,
+        header: [u8; HEADER_LEN],
+        payload: Vec<u8>,
+        token: u64,
+    ) {
         self.stats.frames += 1;
         if let Some(t) = &mut self.trace {
             t.push((n, path, header, payload.clone()));
@@ -456,7 +486,9 @@ impl SimNet {
                                 break;
                             }
                             let w = d.q.pop_front().expect("front");
-                            let r = self.nodes[to].engine.handle_frame(now, tpath, &w.header, &w.payload);
+                            let r = self.nodes[to]
+                                .engine
+                                .handle_frame(now, tpath, &w.header, &w.payload);
                             if r.is_err() {
                                 self.stats.refused += 1;
                                 self.links[l].dirs[dir].q.push_front(w);
@@ -467,7 +499,9 @@ impl SimNet {
                             let d = &mut self.links[l].dirs[dir];
                             d.posted -= 1;
                             d.consumed += 1;
-                            self.nodes[from].engine.handle_send_complete(now, fpath, w.token);
+                            self.nodes[from]
+                                .engine
+                                .handle_send_complete(now, fpath, w.token);
                         }
                         Flavor::Stream => {
                             while d.q.front().is_some_and(|w| w.due <= now) {
@@ -479,14 +513,20 @@ impl SimNet {
                             }
                             let acked = d.delivered;
                             if d.pending.is_empty() {
-                                self.nodes[from].engine.handle_stream_acked(now, fpath, acked);
+                                self.nodes[from]
+                                    .engine
+                                    .handle_stream_acked(now, fpath, acked);
                                 break;
                             }
                             let max = self.cfg.stream_chunk.max(1);
                             let n = (1 + self.rng.below(max as u64) as usize).min(d.pending.len());
                             let chunk: Vec<u8> = d.pending.iter().take(n).copied().collect();
-                            let took = self.nodes[to].engine.handle_stream_bytes(now, tpath, &chunk);
-                            self.nodes[from].engine.handle_stream_acked(now, fpath, acked);
+                            let took = self.nodes[to]
+                                .engine
+                                .handle_stream_bytes(now, tpath, &chunk);
+                            self.nodes[from]
+                                .engine
+                                .handle_stream_acked(now, fpath, acked);
                             if !self.links[l].alive {
                                 break;
                             }
@@ -552,7 +592,11 @@ impl SimNet {
                 let (_, ev) = self.events.remove(i).expect("index");
                 match ev {
                     Ev::Connected { node, path, reply } => {
-                        if self.by_end.get(&(node, path)).is_some_and(|&l| self.links[l].alive) {
+                        if self
+                            .by_end
+                            .get(&(node, path))
+                            .is_some_and(|&l| self.links[l].alive)
+                        {
                             self.nodes[node].engine.handle_connected(now, path, &reply);
                         }
                     }
@@ -611,7 +655,10 @@ impl SimNet {
                 return;
             }
         }
-        panic!("condition not reached in {max_steps} steps (now {:?})", self.now);
+        panic!(
+            "condition not reached in {max_steps} steps (now {:?})",
+            self.now
+        );
     }
 
     /// A socket on node `n` bound to `addr` (port 0 picks one).
@@ -642,7 +689,10 @@ impl SimNet {
     ) -> Result<usize, RdsError> {
         for _ in 0..max_steps {
             let now = self.now;
-            match self.nodes[n].engine.send_to(now, sock, Some(dest), data, SendFlags::NONE) {
+            match self.nodes[n]
+                .engine
+                .send_to(now, sock, Some(dest), data, SendFlags::NONE)
+            {
                 Err(RdsError::Blocked(_)) => {
                     if !self.step() {
                         return Err(RdsError::TimedOut);
@@ -660,7 +710,10 @@ impl SimNet {
         let mut buf = vec![0u8; crate::wire::MAX_MSG_SIZE];
         loop {
             let now = self.now;
-            match self.nodes[n].engine.recv_from(now, sock, &mut buf, RecvFlags::DONTWAIT) {
+            match self.nodes[n]
+                .engine
+                .recv_from(now, sock, &mut buf, RecvFlags::DONTWAIT)
+            {
                 Ok(Received::Data { len, from, .. }) => {
                     buf.truncate(len);
                     return Some((buf, from));

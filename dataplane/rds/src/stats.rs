@@ -218,7 +218,10 @@ mod tests {
             "send_stuck_rm",
         ];
         assert_eq!(&Stats::NAMES[..kernel.len()], &kernel);
-        assert!(Stats::NAMES.iter().all(|n| n.len() < 32), "rds_info_counter names are u8[32]");
+        assert!(
+            Stats::NAMES.iter().all(|n| n.len() < 32),
+            "rds_info_counter names are u8[32]"
+        );
         let s = Stats {
             recv_ping: 3,
             ..Stats::default()

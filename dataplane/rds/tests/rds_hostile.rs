@@ -16,7 +16,14 @@ use proptest::prelude::*;
 const P0: PathId = PathId { conn: 0, index: 0 };
 
 /// A, B and C; A talks to B (the connection under attack) and to C (a bystander).
-fn setup(t: TransportSpec) -> (SimNet, dp_rds::RdsSocket, dp_rds::RdsSocket, dp_rds::RdsSocket) {
+fn setup(
+    t: TransportSpec,
+) -> (
+    SimNet,
+    dp_rds::RdsSocket,
+    dp_rds::RdsSocket,
+    dp_rds::RdsSocket,
+) {
     let mut net = SimNet::new(SimConfig::default());
     net.add_node(engine_cfg("rds-h-a", 1, t), &[ip(A)]);
     net.add_node(engine_cfg("rds-h-b", 2, t), &[ip(B)]);
@@ -24,7 +31,8 @@ fn setup(t: TransportSpec) -> (SimNet, dp_rds::RdsSocket, dp_rds::RdsSocket, dp_
     let (sa_, _) = net.socket(0, sa(A, 4000));
     let (sb, _) = net.socket(1, sa(B, 4001));
     let (sc, _) = net.socket(2, sa(C, 4001));
-    net.send_blocking(0, sa_, sa(B, 4001), b"hello", 100_000).unwrap();
+    net.send_blocking(0, sa_, sa(B, 4001), b"hello", 100_000)
+        .unwrap();
     net.run_until(100_000, |net| net.recv(1, sb).is_some());
     (net, sa_, sb, sc)
 }
@@ -52,11 +60,18 @@ fn inject(net: &mut SimNet, frames: &[(Vec<u8>, Vec<u8>)]) {
 
 /// After an attack: B's path was reset, A-B works again after reconnecting, A-C was never
 /// disturbed, and no message memory leaked.
-fn check_recovery(mut net: SimNet, a: dp_rds::RdsSocket, b: dp_rds::RdsSocket, c: dp_rds::RdsSocket) -> Stats {
+fn check_recovery(
+    mut net: SimNet,
+    a: dp_rds::RdsSocket,
+    b: dp_rds::RdsSocket,
+    c: dp_rds::RdsSocket,
+) -> Stats {
     let stats = net.engine(1).stats().clone();
-    net.send_blocking(0, a, sa(C, 4001), b"bystander", 100_000).unwrap();
+    net.send_blocking(0, a, sa(C, 4001), b"bystander", 100_000)
+        .unwrap();
     net.run_until(100_000, |net| net.recv(2, c).is_some());
-    net.send_blocking(0, a, sa(B, 4001), b"again", 1_000_000).unwrap();
+    net.send_blocking(0, a, sa(B, 4001), b"again", 1_000_000)
+        .unwrap();
     // Messages the attack got delivered before it was caught may come first.
     net.run_until(1_000_000, |net| {
         while let Some((m, _)) = net.recv(1, b) {
@@ -66,7 +81,11 @@ fn check_recovery(mut net: SimNet, a: dp_rds::RdsSocket, b: dp_rds::RdsSocket, c
         }
         false
     });
-    assert_eq!(net.engine(2).stats().conn_violation, 0, "the bystander saw nothing");
+    assert_eq!(
+        net.engine(2).stats().conn_violation,
+        0,
+        "the bystander saw nothing"
+    );
     net.run_for(Duration::from_millis(20));
     let f = net.engine(1).frags();
     assert_eq!(f.available(), f.count(), "no fragment leaked");
@@ -76,7 +95,11 @@ fn check_recovery(mut net: SimNet, a: dp_rds::RdsSocket, b: dp_rds::RdsSocket, c
 fn attack(frames: Vec<(Vec<u8>, Vec<u8>)>) -> Stats {
     let (mut net, a, b, c) = setup(ib());
     inject(&mut net, &frames);
-    assert_ne!(net.engine(1).path_state(P0), Some(ConnState::Up), "the path was dropped");
+    assert_ne!(
+        net.engine(1).path_state(P0),
+        Some(ConnState::Up),
+        "the path was dropped"
+    );
     check_recovery(net, a, b, c)
 }
 
@@ -117,7 +140,10 @@ fn test_hostile_fragment_header_mismatch() {
 #[test]
 fn test_hostile_short_middle_fragment() {
     let s = attack(vec![frame(hdr(2, 8192, Flags::empty()), 100)]);
-    assert_eq!(s.recv_drop_bad_frag_len, 1, "the kernel does not catch this one");
+    assert_eq!(
+        s.recv_drop_bad_frag_len, 1,
+        "the kernel does not catch this one"
+    );
 }
 
 #[test]
@@ -131,8 +157,14 @@ fn test_hostile_long_last_fragment() {
 
 #[test]
 fn test_hostile_sequence_zero_and_max() {
-    assert_eq!(attack(vec![frame(hdr(0, 1, Flags::empty()), 1)]).recv_drop_bad_seq, 1);
-    assert_eq!(attack(vec![frame(hdr(u64::MAX, 1, Flags::empty()), 1)]).recv_drop_bad_seq, 1);
+    assert_eq!(
+        attack(vec![frame(hdr(0, 1, Flags::empty()), 1)]).recv_drop_bad_seq,
+        1
+    );
+    assert_eq!(
+        attack(vec![frame(hdr(u64::MAX, 1, Flags::empty()), 1)]).recv_drop_bad_seq,
+        1
+    );
 }
 
 #[test]
@@ -148,7 +180,13 @@ fn test_hostile_sequence_back_without_retransmitted() {
 fn test_established_sequence_restart_at_one_accepted() {
     // A restarted peer starts over at 1: accepted (as the kernel does), not a violation.
     let (mut net, _a, b, _c) = setup(ib());
-    inject(&mut net, &[frame(hdr(10, 1, Flags::empty()), 1), frame(hdr(1, 1, Flags::empty()), 1)]);
+    inject(
+        &mut net,
+        &[
+            frame(hdr(10, 1, Flags::empty()), 1),
+            frame(hdr(1, 1, Flags::empty()), 1),
+        ],
+    );
     assert_eq!(net.engine(1).path_state(P0), Some(ConnState::Up));
     assert_eq!(net.engine(1).stats().conn_violation, 0);
     assert_eq!(net.engine(1).path(P0).unwrap().next_rx_seq(), 2);
@@ -158,11 +196,20 @@ fn test_established_sequence_restart_at_one_accepted() {
 #[test]
 fn test_established_old_retransmitted_dropped_and_acked() {
     let (mut net, _a, b, _c) = setup(ib());
-    inject(&mut net, &[frame(hdr(1, 3, Flags::RETRANSMITTED.union(Flags::ACK_REQUIRED)), 3)]);
+    inject(
+        &mut net,
+        &[frame(
+            hdr(1, 3, Flags::RETRANSMITTED.union(Flags::ACK_REQUIRED)),
+            3,
+        )],
+    );
     let s = net.engine(1).stats().clone();
     assert_eq!(s.recv_drop_old_seq, 1, "sequence 1 already arrived");
     assert!(net.recv(1, b).is_none());
-    assert!(net.engine(1).path(P0).unwrap().ack_state().requested, "a dropped duplicate is still acked");
+    assert!(
+        net.engine(1).path(P0).unwrap().ack_state().requested,
+        "a dropped duplicate is still acked"
+    );
     // Gaps forward are legal (cancelled messages leave holes).
     inject(&mut net, &[frame(hdr(100, 3, Flags::empty()), 3)]);
     assert!(net.recv(1, b).is_some());
@@ -196,7 +243,11 @@ fn test_established_cong_map_wrong_length_ignored() {
     h.sport = 0;
     h.dport = 0;
     inject(&mut net, &[frame(h, 100)]);
-    assert_eq!(net.engine(1).stats().recv_cong_bad_len, 1, "ignored, as rds_ib_cong_recv does");
+    assert_eq!(
+        net.engine(1).stats().recv_cong_bad_len,
+        1,
+        "ignored, as rds_ib_cong_recv does"
+    );
     assert_eq!(net.engine(1).path_state(P0), Some(ConnState::Up));
 }
 
@@ -225,7 +276,10 @@ fn test_established_ack_beyond_sent_ignored() {
     inject(&mut net, &[frame(h, 0)]);
     let s = net.engine(1).stats();
     assert_eq!(s.recv_drop_bad_ack, 1);
-    assert_eq!(s.conn_violation, 0, "ignored, not fatal: a restarted peer's stale ack looks like this");
+    assert_eq!(
+        s.conn_violation, 0,
+        "ignored, not fatal: a restarted peer's stale ack looks like this"
+    );
 }
 
 #[test]
@@ -245,7 +299,7 @@ fn test_hostile_probe_pong_with_bad_npaths() {
         let took = net.engine(0).handle_stream_bytes(now, P0, &bytes);
         assert_eq!(took, 48);
         let (_, _, np) = net.engine(0).connections().next().unwrap();
-        assert!(np >= 1 && np <= 8 && np.is_power_of_two(), "npaths {np}");
+        assert!((1..=8).contains(&np) && np.is_power_of_two(), "npaths {np}");
     }
     let _ = a;
 }
@@ -257,7 +311,11 @@ fn test_hostile_stream_h_len_above_1mib() {
     let now = net.now;
     let took = net.engine(1).handle_stream_bytes(now, P0, &h);
     assert_eq!(took, 48);
-    assert_eq!(net.engine(1).stats().recv_drop_bad_len, 1, "the 2026 RDS-TCP fix, here from the start");
+    assert_eq!(
+        net.engine(1).stats().recv_drop_bad_len,
+        1,
+        "the 2026 RDS-TCP fix, here from the start"
+    );
     check_recovery(net, a, b, c);
 }
 
@@ -269,7 +327,9 @@ fn test_frames_on_a_down_path_ignored() {
     let now = net.now;
     let state = net.engine(1).path_state(P0);
     if state != Some(ConnState::Up) && state != Some(ConnState::Connecting) {
-        let _ = net.engine(1).handle_frame(now, P0, &hdr(9, 1, Flags::empty()).to_bytes(true), &[1]);
+        let _ =
+            net.engine(1)
+                .handle_frame(now, P0, &hdr(9, 1, Flags::empty()).to_bytes(true), &[1]);
         assert_eq!(net.engine(1).stats().recv_ignored_down, 1);
     }
 }
@@ -277,7 +337,10 @@ fn test_frames_on_a_down_path_ignored() {
 fn any_frame() -> impl Strategy<Value = (Vec<u8>, Vec<u8>)> {
     prop_oneof![
         // Raw garbage.
-        (prop::collection::vec(any::<u8>(), 0..64), prop::collection::vec(any::<u8>(), 0..5000)),
+        (
+            prop::collection::vec(any::<u8>(), 0..64),
+            prop::collection::vec(any::<u8>(), 0..5000)
+        ),
         // Plausible headers with hostile fields, checksummed or not.
         (
             any::<u64>(),

@@ -59,7 +59,13 @@ fn reset_loop(t: TransportSpec, per_task: u64, seed: u64) {
             if next[k] < per_task {
                 let len = 9 + ((next[k] * 1237 + k as u64 * 97) % 9000) as usize;
                 let now = net.now;
-                match net.engine(0).send_to(now, senders[k], Some(sa(B, 7000)), &msg(k, next[k], len), SendFlags::DONTWAIT) {
+                match net.engine(0).send_to(
+                    now,
+                    senders[k],
+                    Some(sa(B, 7000)),
+                    &msg(k, next[k], len),
+                    SendFlags::DONTWAIT,
+                ) {
                     Ok(_) => {
                         next[k] += 1;
                         accepted += 1;
@@ -70,15 +76,21 @@ fn reset_loop(t: TransportSpec, per_task: u64, seed: u64) {
             }
         }
         // Every few hundred steps, kill every connection.
-        if step % 40 == 0 {
+        if step.is_multiple_of(40) {
             resets += net.reset_all() as u64;
         }
         while let Some((m, _)) = net.recv(1, r) {
             let k = m[0] as usize;
             let seq = u64::from_le_bytes(m[1..9].try_into().unwrap());
-            assert_eq!(seq, expect[k], "task {k}: message {seq} out of order, lost or duplicated");
+            assert_eq!(
+                seq, expect[k],
+                "task {k}: message {seq} out of order, lost or duplicated"
+            );
             let len = 9 + ((seq * 1237 + k as u64 * 97) % 9000) as usize;
-            assert!(m == msg(k, seq, len), "task {k} message {seq}: payload intact");
+            assert!(
+                m == msg(k, seq, len),
+                "task {k} message {seq}: payload intact"
+            );
             expect[k] += 1;
             received += 1;
         }
@@ -86,7 +98,10 @@ fn reset_loop(t: TransportSpec, per_task: u64, seed: u64) {
     }
     // Nothing more arrives, and everything was acked (send buffers empty).
     net.run_for(Duration::from_millis(50));
-    assert!(net.recv(1, r).is_none(), "no duplicate after the last message");
+    assert!(
+        net.recv(1, r).is_none(),
+        "no duplicate after the last message"
+    );
     for &s in &senders {
         assert_eq!(net.engine(0).queued_bytes(s).unwrap().0, 0);
     }
@@ -95,7 +110,10 @@ fn reset_loop(t: TransportSpec, per_task: u64, seed: u64) {
     let resets = resets + net.stats.resets;
     assert_eq!(accepted, total);
     assert!(resets >= 3, "the loop reset connections ({resets})");
-    assert!(a.send_retransmitted > 0, "resets retransmitted unacked messages: {a:?}");
+    assert!(
+        a.send_retransmitted > 0,
+        "resets retransmitted unacked messages: {a:?}"
+    );
     assert_eq!(a.conn_violation + b.conn_violation, 0);
     println!(
         "reset loop ({}): {accepted} accepted, {received} delivered once in order, {resets} connections killed, \
@@ -127,11 +145,14 @@ fn test_reliability_reset_loop_stream_flavour() {
 #[test]
 fn test_reliability_random_resets_on_frames() {
     // Every frame has a 1 % chance of killing its connection.
-    let mut net = pair(ib(), SimConfig {
-        reset_prob: 0.01,
-        seed: 9,
-        ..SimConfig::default()
-    });
+    let mut net = pair(
+        ib(),
+        SimConfig {
+            reset_prob: 0.01,
+            seed: 9,
+            ..SimConfig::default()
+        },
+    );
     let (s, _) = net.socket(0, sa(A, 4000));
     let (r, _) = net.socket(1, sa(B, 4001));
     let now = net.now;
@@ -141,8 +162,19 @@ fn test_reliability_random_resets_on_frames() {
     for i in 0..n {
         if let Err(e) = net.send_blocking(0, s, sa(B, 4001), &msg(0, i, 2000), 1_000_000) {
             for k in 0..2 {
-                let p = net.engine(k).path(dp_rds::PathId { conn: 0, index: 0 }).unwrap();
-                eprintln!("node {k}: {:?} sendq {} retrans {} inflight {} credits {:?} ack {:?}", p.state(), p.send_queue_len(), p.retrans_queue_len(), p.frames_in_flight(), p.credits(), p.ack_state());
+                let p = net
+                    .engine(k)
+                    .path(dp_rds::PathId { conn: 0, index: 0 })
+                    .unwrap();
+                eprintln!(
+                    "node {k}: {:?} sendq {} retrans {} inflight {} credits {:?} ack {:?}",
+                    p.state(),
+                    p.send_queue_len(),
+                    p.retrans_queue_len(),
+                    p.frames_in_flight(),
+                    p.credits(),
+                    p.ack_state()
+                );
             }
             let q = net.engine(0).queued_bytes(s);
             eprintln!("{:?} {:?} {:?}", net.stats, net.link_state(), q);
@@ -161,7 +193,10 @@ fn test_reliability_random_resets_on_frames() {
         got == n
     });
     assert!(net.stats.resets > 0);
-    println!("random resets: {} resets, {n} messages delivered once, in order", net.stats.resets);
+    println!(
+        "random resets: {} resets, {n} messages delivered once, in order",
+        net.stats.resets
+    );
 }
 
 fn stalled_receiver(t: TransportSpec) {
@@ -177,7 +212,13 @@ fn stalled_receiver(t: TransportSpec) {
     let mut enobufs = 0u64;
     for _ in 0..20_000 {
         let now = net.now;
-        match net.engine(0).send_to(now, s, Some(sa(B, 4001)), &msg(0, sent, 1000), SendFlags::DONTWAIT) {
+        match net.engine(0).send_to(
+            now,
+            s,
+            Some(sa(B, 4001)),
+            &msg(0, sent, 1000),
+            SendFlags::DONTWAIT,
+        ) {
             Ok(_) => sent += 1,
             Err(RdsError::Congested { port: 4001 }) => {
                 enobufs += 1;
@@ -190,13 +231,20 @@ fn stalled_receiver(t: TransportSpec) {
         }
         net.step();
     }
-    assert!(enobufs > 0, "the congested port refuses non-blocking sends with ENOBUFS");
+    assert!(
+        enobufs > 0,
+        "the congested port refuses non-blocking sends with ENOBUFS"
+    );
     let queued = net.engine(1).queued_bytes(r).unwrap().1;
-    assert!(queued > 64 << 10, "the receive queue went past SO_RCVBUF (soft limit): {queued}");
+    assert!(
+        queued > 64 << 10,
+        "the receive queue went past SO_RCVBUF (soft limit): {queued}"
+    );
     // A blocking sender waits instead.
     let now = net.now;
     assert!(matches!(
-        net.engine(0).send_to(now, blocking, Some(sa(B, 4001)), b"x", SendFlags::NONE),
+        net.engine(0)
+            .send_to(now, blocking, Some(sa(B, 4001)), b"x", SendFlags::NONE),
         Err(RdsError::Blocked(dp_rds::Block::Congestion { port: 4001 }))
     ));
     // Seconds pass: nothing is dropped, nothing moves.
@@ -212,15 +260,25 @@ fn stalled_receiver(t: TransportSpec) {
         }
         got == sent
     });
-    net.run_until(100_000, |net| !net.engine(0).readiness(s).wrband() && net.engine(0).readiness(s).readable());
+    net.run_until(100_000, |net| {
+        !net.engine(0).readiness(s).wrband() && net.engine(0).readiness(s).readable()
+    });
     let now = net.now;
     let mut buf = [0u8; 16];
-    let note = net.engine(0).recv_from(now, s, &mut buf, dp_rds::RecvFlags::DONTWAIT).unwrap();
-    assert!(matches!(note, dp_rds::Received::CongUpdate(mask) if mask & (1 << (4001 % 64)) != 0), "{note:?}");
+    let note = net
+        .engine(0)
+        .recv_from(now, s, &mut buf, dp_rds::RecvFlags::DONTWAIT)
+        .unwrap();
+    assert!(
+        matches!(note, dp_rds::Received::CongUpdate(mask) if mask & (1 << (4001 % 64)) != 0),
+        "{note:?}"
+    );
     for i in 0..100 {
-        net.send_blocking(0, s, sa(B, 4001), &msg(0, sent + i, 1000), 100_000).unwrap();
+        net.send_blocking(0, s, sa(B, 4001), &msg(0, sent + i, 1000), 100_000)
+            .unwrap();
     }
-    net.send_blocking(0, blocking, sa(B, 4001), b"after", 100_000).unwrap();
+    net.send_blocking(0, blocking, sa(B, 4001), b"after", 100_000)
+        .unwrap();
     net.run_until(1_000_000, |net| {
         while net.recv(1, r).is_some() {
             got += 1;
@@ -229,7 +287,10 @@ fn stalled_receiver(t: TransportSpec) {
     });
     let a = net.engine(0).stats().clone();
     let b = net.engine(1).stats().clone();
-    assert!(b.cong_update_queued >= 2 && a.cong_update_received >= 2, "congested, then clear");
+    assert!(
+        b.cong_update_queued >= 2 && a.cong_update_received >= 2,
+        "congested, then clear"
+    );
     println!(
         "stalled receiver ({}): {sent} sent before the stall, {enobufs} ENOBUFS, {queued} bytes queued \
          (SO_RCVBUF 65536), {} map updates queued, 0 dropped, 101 delivered after resuming",
@@ -260,8 +321,15 @@ fn test_stalled_process_does_not_stop_other_peers() {
     net.stall(1, true);
     for i in 0..50 {
         let now = net.now;
-        let _ = net.engine(0).send_to(now, s, Some(sa(B, 4001)), &msg(0, i, 100), SendFlags::DONTWAIT);
-        net.send_blocking(0, s, sa(C, 4001), &msg(1, i, 100), 100_000).unwrap();
+        let _ = net.engine(0).send_to(
+            now,
+            s,
+            Some(sa(B, 4001)),
+            &msg(0, i, 100),
+            SendFlags::DONTWAIT,
+        );
+        net.send_blocking(0, s, sa(C, 4001), &msg(1, i, 100), 100_000)
+            .unwrap();
     }
     let mut got = 0;
     net.run_until(500_000, |net| {

@@ -1,8 +1,8 @@
 //! Connections (`struct rds_connection`): one per (local address, peer address, transport,
 //! TOS), made on first use and kept, each with one path or (multipath transports) eight.
 
-use super::cong::MapIdx;
 use super::config::{TransportKind, TransportSpec};
+use super::cong::MapIdx;
 use crate::addr::Addr;
 use crate::path::{Path, PathId};
 use crate::wire::MPATH_WORKERS;
@@ -42,7 +42,13 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub(crate) fn new(idx: u32, key: ConnKey, spec: TransportSpec, lcong: MapIdx, fcong: MapIdx) -> Self {
+    pub(crate) fn new(
+        idx: u32,
+        key: ConnKey,
+        spec: TransportSpec,
+        lcong: MapIdx,
+        fcong: MapIdx,
+    ) -> Self {
         let n = if spec.multipath { MPATH_WORKERS } else { 1 };
         let paths = (0..n)
             .map(|i| {

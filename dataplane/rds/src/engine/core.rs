@@ -10,10 +10,10 @@ use lcore::time::Instant;
 use lcore::{TimerId, Timers};
 use mempool::memory::MemError;
 
-use super::cong::{CongTable, MapIdx};
 use super::config::{RdsConfig, TransportKind, TransportSpec};
+use super::cong::{CongTable, MapIdx};
 use super::conn::{Conn, ConnKey};
-use super::socket::{Ready, RdsSocket, SocketTable};
+use super::socket::{RdsSocket, Ready, SocketTable};
 use crate::addr::Addr;
 use crate::path::{ConnState, Path, PathCmd, PathCtx, PathId, PeerParams, RxRefused, TxFrame};
 use crate::rng::Rng;
@@ -169,12 +169,11 @@ impl RdsEngine {
                 "max_conns, max_sockets and msgs must be at least 1",
             ));
         }
-        let store = Store::new(&cfg.name, &cfg.frags, cfg.msgs).map_err(|source| {
-            EngineError::Memory {
+        let store =
+            Store::new(&cfg.name, &cfg.frags, cfg.msgs).map_err(|source| EngineError::Memory {
                 name: cfg.name.clone(),
                 source,
-            }
-        })?;
+            })?;
         let mut rng = Rng::new(cfg.seed);
         let gen_num = loop {
             let g = rng.next_u32();
@@ -372,12 +371,8 @@ impl RdsEngine {
             if let Some((tid, _)) = have {
                 self.timers.cancel(tid);
             }
-            self.timer_ids[slot] = want.and_then(|at| {
-                self.timers
-                    .arm(at, slot as u64)
-                    .ok()
-                    .map(|tid| (tid, at))
-            });
+            self.timer_ids[slot] =
+                want.and_then(|at| self.timers.arm(at, slot as u64).ok().map(|tid| (tid, at)));
         }
     }
 
@@ -436,8 +431,7 @@ impl RdsEngine {
         while let Some(slot) = self.cmd_q.pop_front() {
             self.in_cmd[slot as usize] = false;
             let id = Self::slot_id(slot);
-            let Some(cmd) = self.conns[id.conn as usize].paths[id.index as usize].poll_cmd()
-            else {
+            let Some(cmd) = self.conns[id.conn as usize].paths[id.index as usize].poll_cmd() else {
                 continue;
             };
             let conn = &self.conns[id.conn as usize];
@@ -533,7 +527,9 @@ impl RdsEngine {
         let Some(c) = self.conn_for(key) else {
             return Accept::No(Reject::NoMemory);
         };
-        let index = req.path_index.min(self.conns[c as usize].paths.len() as u8 - 1);
+        let index = req
+            .path_index
+            .min(self.conns[c as usize].paths.len() as u8 - 1);
         let id = PathId { conn: c, index };
         let ok = self.with_path(id, |p, ctx| p.handle_incoming(now, ctx));
         if ok && message {
@@ -557,7 +553,8 @@ impl RdsEngine {
         let conn = &self.conns[path.conn as usize];
         let message = conn.spec.path.flavor == crate::path::Flavor::Message;
         let v6 = !conn.key.laddr.is_v4();
-        let mut peer = self.conns[path.conn as usize].paths[path.index as usize].take_pending_peer();
+        let mut peer =
+            self.conns[path.conn as usize].paths[path.index as usize].take_pending_peer();
         if message && !reply.is_empty() {
             match ib::check_reply(reply, v6, IbVersion::V4_1) {
                 Ok(_) => {

@@ -17,5 +17,5 @@ pub use self::core::{Accept, EngineError, Incoming, RdsEngine, Reject, SocketEve
 pub use config::{RdsConfig, TransportKind, TransportSpec};
 pub use cong::{CongTable, MapIdx};
 pub use conn::{ConnKey, jhash_1word, mpath_hash};
-pub use socket::{RdmaNotify, Ready, Received, RecvFlags, RdsSocket, SendCmsg, SendFlags};
+pub use socket::{RdmaNotify, RdsSocket, Ready, Received, RecvFlags, SendCmsg, SendFlags};
 pub use sockopt::sockaddr_bytes;

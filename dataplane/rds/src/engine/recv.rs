@@ -3,7 +3,7 @@
 use lcore::time::Instant;
 
 use super::core::RdsEngine;
-use super::socket::{Ready, Received, RecvFlags, RdsSocket, sockaddr};
+use super::socket::{RdsSocket, Ready, Received, RecvFlags, sockaddr};
 use crate::error::{Block, RdsError};
 use crate::store::{Lane, Msg};
 

@@ -5,15 +5,15 @@
 
 use lcore::time::Instant;
 
-use super::cong::MapIdx;
 use super::config::TransportKind;
+use super::cong::MapIdx;
 use super::core::RdsEngine;
 use super::socket::Bound;
 use crate::addr::Addr;
 use crate::path::PathId;
 use crate::store::{Lane, List, Msg, MsgId};
-use crate::wire::{CONG_MAP_BYTES, ExtHeader, ExtIter, ExtWriter, MPATH_WORKERS, PROBE_PORT};
 use crate::wire::exthdr::ExtEnd;
+use crate::wire::{CONG_MAP_BYTES, ExtHeader, ExtIter, ExtWriter, MPATH_WORKERS, PROBE_PORT};
 
 impl RdsEngine {
     /// A path came up: every path of the connection may now send the queued map update;

@@ -154,7 +154,9 @@ impl RdsEngine {
         }
         if flags.has(SendFlags::ZEROCOPY) {
             if transport != TransportKind::Tcp {
-                return Err(RdsError::NotSupported("MSG_ZEROCOPY needs the TCP transport"));
+                return Err(RdsError::NotSupported(
+                    "MSG_ZEROCOPY needs the TCP transport",
+                ));
             }
             if !zcookie {
                 return Err(RdsError::InvalidArgument(
@@ -167,7 +169,10 @@ impl RdsEngine {
                 "RDMA_DEST/RDMA_MAP cannot be combined with RDMA_ARGS/atomics in one message",
             ));
         }
-        if (g1 || cmsgs.iter().any(|c| matches!(c, SendCmsg::RdmaDest(_) | SendCmsg::RdmaMap { .. })))
+        if (g1
+            || cmsgs
+                .iter()
+                .any(|c| matches!(c, SendCmsg::RdmaDest(_) | SendCmsg::RdmaMap { .. })))
             && !rdma_ok
         {
             return Err(RdsError::NotSupported(
@@ -202,9 +207,9 @@ impl RdsEngine {
         let c = match cached.filter(|&c| self.conns[c as usize].key == key) {
             Some(c) => c,
             None => {
-                let c = self
-                    .conn_for(key)
-                    .ok_or(RdsError::NoMemory("the connection table is full (max_conns)"))?;
+                let c = self.conn_for(key).ok_or(RdsError::NoMemory(
+                    "the connection table is full (max_conns)",
+                ))?;
                 if let Some(s) = self.socks.get_mut(sock) {
                     s.cached_conn = Some(c);
                 }

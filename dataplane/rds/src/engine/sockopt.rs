@@ -95,7 +95,9 @@ impl RdsEngine {
         }
         let s = self.socks.get(sock).ok_or(RdsError::BadSocket)?;
         if s.bound.is_some() {
-            return Err(RdsError::InvalidArgument("the socket is already bound; RDS does not re-bind"));
+            return Err(RdsError::InvalidArgument(
+                "the socket is already bound; RDS does not re-bind",
+            ));
         }
         if let Some((_, _, cscope)) = s.conn_addr
             && scope != 0
@@ -179,7 +181,9 @@ impl RdsEngine {
     /// [`RdsError::BadSocket`]; [`RdsError::NotConnected`] if unbound.
     pub fn local_addr(&self, sock: RdsSocket) -> Result<SocketAddr, RdsError> {
         let s = self.socks.get(sock).ok_or(RdsError::BadSocket)?;
-        let b = s.bound.ok_or(RdsError::NotConnected("the socket is not bound"))?;
+        let b = s
+            .bound
+            .ok_or(RdsError::NotConnected("the socket is not bound"))?;
         Ok(sockaddr(b.addr, b.port, b.scope))
     }
 
@@ -263,7 +267,12 @@ impl RdsEngine {
     /// # Errors
     ///
     /// As the raw option: `ENOTCONN` on an unbound socket.
-    pub fn cancel_sent_to(&mut self, now: Instant, sock: RdsSocket, dest: SocketAddr) -> Result<(), RdsError> {
+    pub fn cancel_sent_to(
+        &mut self,
+        now: Instant,
+        sock: RdsSocket,
+        dest: SocketAddr,
+    ) -> Result<(), RdsError> {
         let (b, n) = sockaddr_bytes(dest);
         self.setsockopt_raw(now, sock, SOL_RDS, RDS_CANCEL_SENT_TO, &b[..n])
     }
@@ -352,7 +361,9 @@ impl RdsEngine {
             return Ok(());
         }
         if level != SOL_RDS {
-            return Err(RdsError::NoProtoOpt("RDS options are at level SOL_RDS (276)"));
+            return Err(RdsError::NoProtoOpt(
+                "RDS options are at level SOL_RDS (276)",
+            ));
         }
         match name {
             RDS_CANCEL_SENT_TO => {
@@ -366,7 +377,10 @@ impl RdsEngine {
                     ));
                 } else if val.len() < SIN6_LEN {
                     let ip = Ipv4Addr::new(val[4], val[5], val[6], val[7]);
-                    (Addr::new(IpAddr::V4(ip)), u16::from_be_bytes([val[2], val[3]]))
+                    (
+                        Addr::new(IpAddr::V4(ip)),
+                        u16::from_be_bytes([val[2], val[3]]),
+                    )
                 } else {
                     let mut a = [0u8; 16];
                     a.copy_from_slice(&val[8..24]);
@@ -483,7 +497,9 @@ impl RdsEngine {
             _ => return Err(RdsError::NoProtoOpt("unknown option")),
         };
         if out.len() < 4 {
-            return Err(RdsError::InvalidArgument("the option buffer is shorter than an int"));
+            return Err(RdsError::InvalidArgument(
+                "the option buffer is shorter than an int",
+            ));
         }
         out[..4].copy_from_slice(&v.to_ne_bytes());
         Ok(4)
@@ -494,7 +510,12 @@ impl RdsEngine {
     /// # Errors
     ///
     /// [`RdsError::BadSocket`].
-    pub fn set_sndbuf(&mut self, now: Instant, sock: RdsSocket, bytes: u32) -> Result<(), RdsError> {
+    pub fn set_sndbuf(
+        &mut self,
+        now: Instant,
+        sock: RdsSocket,
+        bytes: u32,
+    ) -> Result<(), RdsError> {
         let v = bytes.min(i32::MAX as u32) as i32;
         self.setsockopt_raw(now, sock, SOL_SOCKET, SO_SNDBUF, &v.to_ne_bytes())
     }
@@ -504,7 +525,12 @@ impl RdsEngine {
     /// # Errors
     ///
     /// [`RdsError::BadSocket`].
-    pub fn set_rcvbuf(&mut self, now: Instant, sock: RdsSocket, bytes: u32) -> Result<(), RdsError> {
+    pub fn set_rcvbuf(
+        &mut self,
+        now: Instant,
+        sock: RdsSocket,
+        bytes: u32,
+    ) -> Result<(), RdsError> {
         let v = bytes.min(i32::MAX as u32) as i32;
         self.setsockopt_raw(now, sock, SOL_SOCKET, SO_RCVBUF, &v.to_ne_bytes())
     }
@@ -542,8 +568,19 @@ impl RdsEngine {
     /// # Errors
     ///
     /// [`RdsError::BadSocket`].
-    pub fn set_cong_monitor(&mut self, now: Instant, sock: RdsSocket, on: bool) -> Result<(), RdsError> {
-        self.setsockopt_raw(now, sock, SOL_RDS, RDS_CONG_MONITOR, &i32::from(on).to_ne_bytes())
+    pub fn set_cong_monitor(
+        &mut self,
+        now: Instant,
+        sock: RdsSocket,
+        on: bool,
+    ) -> Result<(), RdsError> {
+        self.setsockopt_raw(
+            now,
+            sock,
+            SOL_RDS,
+            RDS_CONG_MONITOR,
+            &i32::from(on).to_ne_bytes(),
+        )
     }
 
     /// `RDS_RECVERR`.
@@ -552,7 +589,13 @@ impl RdsEngine {
     ///
     /// [`RdsError::BadSocket`].
     pub fn set_recverr(&mut self, now: Instant, sock: RdsSocket, on: bool) -> Result<(), RdsError> {
-        self.setsockopt_raw(now, sock, SOL_RDS, RDS_RECVERR, &i32::from(on).to_ne_bytes())
+        self.setsockopt_raw(
+            now,
+            sock,
+            SOL_RDS,
+            RDS_RECVERR,
+            &i32::from(on).to_ne_bytes(),
+        )
     }
 
     /// `SO_RDS_TRANSPORT` (`RDS_TRANS_IB` 0, `RDS_TRANS_TCP` 2).
@@ -581,8 +624,19 @@ impl RdsEngine {
     /// # Errors
     ///
     /// [`RdsError::BadSocket`].
-    pub fn set_timestamp(&mut self, now: Instant, sock: RdsSocket, on: bool) -> Result<(), RdsError> {
-        self.setsockopt_raw(now, sock, SOL_RDS, SO_TIMESTAMP_OLD, &i32::from(on).to_ne_bytes())
+    pub fn set_timestamp(
+        &mut self,
+        now: Instant,
+        sock: RdsSocket,
+        on: bool,
+    ) -> Result<(), RdsError> {
+        self.setsockopt_raw(
+            now,
+            sock,
+            SOL_RDS,
+            SO_TIMESTAMP_OLD,
+            &i32::from(on).to_ne_bytes(),
+        )
     }
 
     /// `ioctl(SIOCRDSSETTOS)`: the socket's type of service, part of its connections' key;
@@ -595,7 +649,9 @@ impl RdsEngine {
     pub fn set_tos(&mut self, sock: RdsSocket, tos: u8) -> Result<(), RdsError> {
         let s = self.socks.get_mut(sock).ok_or(RdsError::BadSocket)?;
         if s.transport.is_none() {
-            return Err(RdsError::NotConnected("bind the socket before setting its TOS"));
+            return Err(RdsError::NotConnected(
+                "bind the socket before setting its TOS",
+            ));
         }
         if s.tos != 0 || s.cached_conn.is_some() {
             return Err(RdsError::InvalidArgument(

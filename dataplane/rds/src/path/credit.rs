@@ -108,8 +108,16 @@ mod tests {
         assert_eq!(c.grab(8, false, 255), (5, 255));
         assert!(c.send_full);
         assert_eq!(c.posted, 45);
-        assert_eq!(c.grab(0, true, 10), (0, 10), "need_posted advertises without sending");
-        assert_eq!(c.grab(0, false, 255), (0, 0), "nothing without need_posted or a credit");
+        assert_eq!(
+            c.grab(0, true, 10),
+            (0, 10),
+            "need_posted advertises without sending"
+        );
+        assert_eq!(
+            c.grab(0, false, 255),
+            (0, 0),
+            "nothing without need_posted or a credit"
+        );
     }
 
     #[test]

@@ -430,9 +430,8 @@ impl Path {
         self.stream_rx = StreamRx::default();
         self.ack.in_flight = false;
         *ctx.map_queued = true;
-        self.credits.on = self.cfg.flavor == Flavor::Message
-            && self.cfg.flow_control
-            && peer.credits != 0;
+        self.credits.on =
+            self.cfg.flavor == Flavor::Message && self.cfg.flow_control && peer.credits != 0;
         self.credits.send = 0;
         self.credits.send_full = false;
         if !self.credits.on {

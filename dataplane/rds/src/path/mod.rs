@@ -51,7 +51,7 @@ mod tx;
 pub use ack::AckState;
 pub use backoff::Backoff;
 pub use config::{ConnectRule, Flavor, PathConfig};
-pub use credit::{CREDIT_LIMIT, CREDIT_UPDATE_AT, Credits};
+pub use credit::{CREDIT_LIMIT, CREDIT_UPDATE_AT, CreditOverflow, Credits};
 pub use ctx::PathCtx;
 pub use frame::{FrameKind, PathCmd, PathId, RxRefused, TxFrame, TxPayload};
 pub use machine::{Path, PathEvents, PeerParams, Violation};

@@ -12,7 +12,7 @@ use super::state::ConnState;
 use super::timer::Timer;
 use crate::store::{Lane, Msg, MsgId};
 use crate::wire::{
-    CONG_MAP_BYTES, Flags, FRAG_SIZE, HEADER_LEN, HeaderRepr, MAX_ADV_CREDIT, frag_count,
+    CONG_MAP_BYTES, FRAG_SIZE, Flags, HEADER_LEN, HeaderRepr, MAX_ADV_CREDIT, frag_count,
 };
 
 impl Path {
@@ -58,10 +58,7 @@ impl Path {
     /// completions return (the engine keeps such paths on its transmit list).
     pub fn has_tx_work(&self, map_queued: bool) -> bool {
         self.state == ConnState::Up
-            && ((!self.tx_hold
-                && (self.xmit.is_some()
-                    || !self.send_q.is_empty()
-                    || map_queued))
+            && ((!self.tx_hold && (self.xmit.is_some() || !self.send_q.is_empty() || map_queued))
                 || (self.ack.requested && !self.ack.in_flight))
     }
 

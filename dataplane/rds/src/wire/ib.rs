@@ -276,7 +276,8 @@ impl IbConnPrivRepr {
         out[c + field::MINOR] = self.version.minor();
         out[c + field::MASK..c + field::MASK + 2].copy_from_slice(&self.minor_mask.to_be_bytes());
         out[c + field::TOS] = self.tos;
-        out[c + field::ACK_SEQ..c + field::ACK_SEQ + 8].copy_from_slice(&self.ack_seq.to_be_bytes());
+        out[c + field::ACK_SEQ..c + field::ACK_SEQ + 8]
+            .copy_from_slice(&self.ack_seq.to_be_bytes());
         out[c + field::CREDIT..c + field::CREDIT + 4].copy_from_slice(&self.credit.to_be_bytes());
     }
 
@@ -301,9 +302,7 @@ fn is_v4_mapped(a: IpAddr) -> bool {
 /// neither major 4 with a common minor nor 3.1.
 pub fn negotiate_passive(bytes: &[u8], v6: bool) -> Result<IbVersion, IncompatibleVersion> {
     if bytes.is_empty() {
-        return Err(IncompatibleVersion {
-            peer: IbVersion(0),
-        });
+        return Err(IncompatibleVersion { peer: IbVersion(0) });
     }
     if bytes.len() < IbConnPriv::<&[u8]>::size(v6) {
         return Ok(IbVersion::V4_0);

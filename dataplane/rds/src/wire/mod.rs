@@ -2,7 +2,7 @@
 //! and 3.1), as checked views and validated representations (the `dp-wire` contract).
 //!
 //! * [`header`]: the 48-byte [`Header`] every frame starts with, its [`HeaderRepr`], the
-//!   [`Flags`], and the RFC 1071 header [`checksum`](header::checksum).
+//!   [`Flags`], and the RFC 1071 header [`checksum`].
 //! * [`exthdr`]: the extension headers packed into the header's last 16 bytes: a parser
 //!   that skips what it does not know exactly as the kernel does, and a writer that packs
 //!   several.

@@ -34,7 +34,11 @@ fn test_header_kernel_tcp_first_data_message() {
             ext: [0; 16],
         }
     );
-    assert_eq!(r.to_bytes(false), KERNEL_TCP_FIRST_DATA, "emit is byte-exact");
+    assert_eq!(
+        r.to_bytes(false),
+        KERNEL_TCP_FIRST_DATA,
+        "emit is byte-exact"
+    );
 }
 
 #[test]
@@ -154,7 +158,10 @@ fn test_header_truncated_and_too_long() {
     assert!(Header::new_checked(&KERNEL_TCP_FIRST_DATA[..47]).is_err());
     let mut r = HeaderRepr::parse_bytes(&KERNEL_TCP_FIRST_DATA).unwrap();
     r.len = MAX_MSG_SIZE as u32;
-    assert!(HeaderRepr::parse_bytes(&r.to_bytes(true)).is_ok(), "1 MiB is allowed");
+    assert!(
+        HeaderRepr::parse_bytes(&r.to_bytes(true)).is_ok(),
+        "1 MiB is allowed"
+    );
     r.len += 1;
     assert_eq!(
         HeaderRepr::parse_bytes(&r.to_bytes(true)),
@@ -174,7 +181,10 @@ fn test_header_truncated_and_too_long() {
 #[test]
 fn test_flags_exact_cong_bitmap_and_unknown_bits() {
     assert!(Flags(0x01).is_cong_map());
-    assert!(!Flags(0x03).is_cong_map(), "exact equality, as the kernel tests it");
+    assert!(
+        !Flags(0x03).is_cong_map(),
+        "exact equality, as the kernel tests it"
+    );
     assert!(!Flags(0x00).is_cong_map());
     assert_eq!(Flags(0x07).unknown(), 0);
     assert_eq!(Flags(0x0f).unknown(), 0x08);
@@ -232,8 +242,13 @@ fn test_exthdr_rdma_and_rdma_dest_fill_and_overflow() {
         offset: 0x2122_2324,
     })
     .unwrap(); // 9 bytes: 14 used
-    assert_eq!(w.push(ExtHeader::GenNum(1)), Err(ExtFull), "5 more do not fit");
-    w.push(ExtHeader::NPaths(2)).expect_err("3 more do not fit either");
+    assert_eq!(
+        w.push(ExtHeader::GenNum(1)),
+        Err(ExtFull),
+        "5 more do not fit"
+    );
+    w.push(ExtHeader::NPaths(2))
+        .expect_err("3 more do not fit either");
     let area = w.finish();
     assert_eq!(
         area,
@@ -537,7 +552,11 @@ fn test_constants_match_the_kernel() {
     assert_eq!(frag_count(0), 1);
     assert_eq!(frag_count(4096), 1);
     assert_eq!(frag_count(4097), 2);
-    assert_eq!(frag_count(10240), 3, "the kernel-peers dump: 10 KiB = 3 SENDs");
+    assert_eq!(
+        frag_count(10240),
+        3,
+        "the kernel-peers dump: 10 KiB = 3 SENDs"
+    );
     assert_eq!(frag_count(MAX_MSG_SIZE), 256);
     assert!(is_hs_probe(1, 0) && is_hs_probe(0, 1));
     assert!(!is_hs_probe(1, 1) && !is_hs_probe(0, 0) && !is_hs_probe(2, 0));
