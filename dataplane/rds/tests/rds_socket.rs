@@ -557,3 +557,45 @@ fn test_thousands_of_sockets_on_one_engine() {
     let e: &SocketAddr = &sa(B, 4001);
     let _ = e;
 }
+
+#[test]
+fn test_congestion_hysteresis_congested_above_rcvbuf_clear_below_half() {
+    let mut net = pair(ib(), SimConfig::default());
+    let (s, _) = net.socket(0, sa(A, 4000));
+    let (r, _) = net.socket(1, sa(B, 4001));
+    let now = net.now;
+    net.engine(1).set_rcvbuf(now, r, 4000).unwrap();
+    let congested = |net: &mut dp_rds::sim::SimNet| {
+        net.run_for(Duration::from_millis(5));
+        let now = net.now;
+        let probe = net.engine(0).socket().unwrap();
+        net.engine(0).bind(probe, sa(A, 0)).unwrap();
+        let r = net
+            .engine(0)
+            .send_to(now, probe, Some(sa(B, 4001)), &[], SendFlags::DONTWAIT);
+        net.engine(0).close(now, probe).unwrap();
+        matches!(r, Err(RdsError::Congested { port: 4001 }))
+    };
+    // 4 x 1000 bytes: not above 4000 yet.
+    for i in 0..4 {
+        net.send_blocking(0, s, sa(B, 4001), &payload(1, i, 1000), 100_000)
+            .unwrap();
+    }
+    assert!(!congested(&mut net), "4000 queued is not above SO_RCVBUF");
+    net.send_blocking(0, s, sa(B, 4001), &payload(1, 4, 1000), 100_000)
+        .unwrap();
+    assert!(congested(&mut net), "5000 queued > 4000: congested");
+    // Read down to 3000, then 2000: still congested (clear only below half).
+    net.recv(1, r).unwrap();
+    net.recv(1, r).unwrap();
+    assert!(congested(&mut net), "3000 queued: still congested");
+    net.recv(1, r).unwrap();
+    assert!(congested(&mut net), "2000 queued: not below half yet");
+    net.recv(1, r).unwrap();
+    assert!(!congested(&mut net), "1000 queued < 2000: clear");
+    assert_eq!(
+        net.engine(1).stats().cong_update_queued,
+        2,
+        "one update per change"
+    );
+}
