@@ -245,6 +245,32 @@ impl SimNet {
             .collect()
     }
 
+    /// Replaces node `n`'s engine with a fresh one (a process killed and restarted): its
+    /// connections die with it, and its peers learn of the restart from the new engine's
+    /// generation number on multipath transports.
+    ///
+    /// # Panics
+    ///
+    /// If the engine cannot be made (a test bug).
+    pub fn restart_node(&mut self, n: usize, cfg: RdsConfig) {
+        let live: Vec<usize> = (0..self.links.len())
+            .filter(|&l| self.links[l].alive && self.links[l].ends.iter().any(|e| e.0 == n))
+            .collect();
+        for l in live {
+            self.kill(l);
+        }
+        self.events.retain(|(_, ev)| match ev {
+            Ev::Connected { node, .. } | Ev::ConnectFailed { node, .. } | Ev::Down { node, .. } => {
+                *node != n
+            }
+        });
+        let mut engine = RdsEngine::new(cfg).expect("engine");
+        for a in &self.nodes[n].addrs {
+            engine.add_local_addr(*a);
+        }
+        self.nodes[n].engine = engine;
+    }
+
     /// Kills every live connection.
     pub fn reset_all(&mut self) -> usize {
         let live: Vec<usize> = (0..self.links.len())

@@ -339,3 +339,95 @@ fn test_stalled_process_does_not_stop_other_peers() {
         got == 50
     });
 }
+
+#[test]
+fn test_peer_restart_generation_change_flushes_and_restarts_sequences() {
+    use dp_rds::path::PathId;
+    use dp_rds::wire::{ExtHeader, ExtWriter, HeaderRepr};
+    const P0: PathId = PathId { conn: 0, index: 0 };
+    let mut net = pair(tcp(), SimConfig::default());
+    let (s, _) = net.socket(0, sa(A, 4000));
+    let (r, _) = net.socket(1, sa(B, 4001));
+    net.send_blocking(0, s, sa(B, 4001), b"before", 100_000)
+        .unwrap();
+    net.run_until(100_000, |net| net.recv(1, r).is_some());
+    let old_gen = net.engine(1).gen_num();
+    // B stops acking: A's next messages stay unacked on its retransmit queue.
+    net.stall(1, true);
+    let now = net.now;
+    for i in 0..5 {
+        net.engine(0)
+            .send_to(
+                now,
+                s,
+                Some(sa(B, 4001)),
+                &msg(0, i, 100),
+                SendFlags::DONTWAIT,
+            )
+            .unwrap();
+    }
+    net.run_for(Duration::from_millis(2));
+    let unacked: u32 = (0..8)
+        .map(|i| {
+            net.engine(0)
+                .path(PathId { conn: 0, index: i })
+                .unwrap()
+                .retrans_queue_len()
+        })
+        .sum();
+    assert_eq!(
+        unacked, 5,
+        "on the socket's path (multipath: not necessarily path 0)"
+    );
+    // B's process restarts: its first probe pong carries a new generation (sequence 1).
+    let new_gen = old_gen ^ 0x5a5a_5a5a;
+    let mut w = ExtWriter::new();
+    w.push(ExtHeader::NPaths(8)).unwrap();
+    w.push(ExtHeader::GenNum(new_gen)).unwrap();
+    let pong = HeaderRepr {
+        sequence: 1,
+        sport: 0,
+        dport: 1,
+        ext: w.finish(),
+        ..HeaderRepr::default()
+    };
+    let now = net.now;
+    assert_eq!(
+        net.engine(0)
+            .handle_stream_bytes(now, P0, &pong.to_bytes(false)),
+        48
+    );
+    let p = net.engine(0).path(P0).unwrap();
+    assert_eq!(
+        (p.next_tx_seq(), p.next_rx_seq()),
+        (1, 0),
+        "sequences start over"
+    );
+    assert_eq!(net.engine(0).stats().peer_gen_changed, 1);
+    net.stall(1, false);
+    net.restart_node(1, engine_cfg("rds-sim-b2", 77, tcp()));
+    let (r2, _) = net.socket(1, sa(B, 4001));
+    net.send_blocking(0, s, sa(B, 4001), b"after", 1_000_000)
+        .unwrap();
+    let mut old = 0;
+    net.run_until(2_000_000, |net| {
+        while let Some((m, _)) = net.recv(1, r2) {
+            if m == b"after" {
+                return true;
+            }
+            old += 1;
+        }
+        false
+    });
+    assert_eq!(
+        old, 0,
+        "messages to the old incarnation are not resent to the new one"
+    );
+    let a = net.engine(0).stats().clone();
+    assert_eq!(a.send_drop_flushed, 5, "flushed, not resent");
+    net.run_until(100_000, |net| net.engine(0).queued_bytes(s).unwrap().0 == 0);
+    println!(
+        "peer restart: generation {old_gen:#x} -> {new_gen:#x}: {} unacked messages flushed, sequences restarted at 1",
+        a.send_drop_flushed
+    );
+}
