@@ -101,8 +101,9 @@
 //! * Added checks (the kernel trusts these): `h_len` above 1 MiB resets the path on every
 //!   transport (the 2026 RDS-TCP fix, and on IB too); a fragment must carry exactly
 //!   `min(remaining, 4096)` bytes (the kernel misses short middle fragments); sequence
-//!   numbers 0 and 2^64-1 and, within one connection, a step backwards without
-//!   RETRANSMITTED (other than a restart at 1) reset the path; a congestion frame with
+//!   numbers 0 and 2^64-1 (which no sender reaches; 2^64-1 would wrap the kernel's next
+//!   receive sequence to 0) reset the path, while a step backwards without RETRANSMITTED is
+//!   accepted as the kernel accepts it (a restarted peer) and counted; a congestion frame with
 //!   other flag bits resets the path (the kernel takes it for a ping from port 0 and
 //!   rewinds its receive sequence); credit grants beyond 16383 reset the path (the kernel's
 //!   16-bit counter would overflow into its posted count); an ack beyond anything sent is

@@ -138,9 +138,11 @@ counters! {
     recv_drop_frag_mismatch,
     /// Fragments of the wrong size: short before the last, or not the remainder (reset).
     recv_drop_bad_frag_len,
-    /// Impossible sequence numbers: 0 or 2^64-1 on a message, or going back without
-    /// RETRANSMITTED on one connection (reset).
+    /// Impossible sequence numbers: 0 or 2^64-1 on a message (reset).
     recv_drop_bad_seq,
+    /// Messages whose sequence number went back without RETRANSMITTED (a restarted peer;
+    /// accepted, as the kernel does).
+    recv_seq_rewind,
     /// Acks for sequence numbers never sent (reset).
     recv_drop_bad_ack,
     /// Credit grants beyond any receive ring (reset).

@@ -120,7 +120,6 @@ pub struct Path {
     // Sequence numbers.
     pub(super) next_tx_seq: u64,
     pub(super) next_rx_seq: u64,
-    pub(super) inst_last_rx: Option<u64>,
     pub(super) max_sent_seq: u64,
     // Send side.
     pub(super) send_q: List,
@@ -170,7 +169,6 @@ impl Path {
             instance: 0,
             next_tx_seq: 1,
             next_rx_seq: 0,
-            inst_last_rx: None,
             max_sent_seq: 0,
             send_q: List::new(),
             retrans_q: List::new(),
@@ -422,7 +420,6 @@ impl Path {
         let _ = now;
         self.state = ConnState::Up;
         self.instance += 1;
-        self.inst_last_rx = None;
         self.backoff.reset();
         self.timers.stop(Timer::Reconnect);
         self.reconnect_pending = false;
@@ -552,7 +549,6 @@ impl Path {
     pub fn peer_restarted(&mut self, ctx: &mut PathCtx<'_>) {
         self.next_tx_seq = 1;
         self.next_rx_seq = 0;
-        self.inst_last_rx = None;
         self.max_sent_seq = 0;
         self.ack = AckState {
             in_flight: self.ack.in_flight,

@@ -312,18 +312,14 @@ impl Path {
             if seq < self.next_rx_seq && retransmitted {
                 ctx.stats.recv_drop_old_seq += 1;
                 store.free_now(p.msg);
-            } else if !retransmitted && seq != 1 && self.inst_last_rx.is_some_and(|l| seq <= l) {
-                // Backwards without RETRANSMITTED on one connection: only a restarted peer
-                // starts over, and it starts at 1.
-                store.free_now(p.msg);
-                self.violate(Violation::BadSeq, ctx);
-                return;
             } else {
+                if seq < self.next_rx_seq {
+                    // Backwards without RETRANSMITTED: a restarted peer starting over; taken
+                    // as the kernel takes it (refusing it would make later honest messages
+                    // look old after a reset), and counted.
+                    ctx.stats.recv_seq_rewind += 1;
+                }
                 self.next_rx_seq = seq + 1;
-                self.inst_last_rx = Some(match self.inst_last_rx {
-                    Some(l) if seq != 1 => l.max(seq),
-                    _ => seq,
-                });
                 let m = store.msgs.get_mut(p.msg);
                 m.conn = self.id.conn;
                 m.path = self.id.index;
