@@ -5,15 +5,11 @@ use std::collections::VecDeque;
 
 use lcore::time::Instant;
 
-use super::ack::AckState;
 use super::backoff::Backoff;
 use super::config::{ConnectRule, Flavor, PathConfig};
 use super::credit::{CREDIT_LIMIT, Credits};
-use super::ctx::PathCtx;
 use super::frame::{FrameKind, PathCmd, PathId};
-use super::reasm::{Partial, StreamRx};
-use super::state::ConnState;
-use super::timer::{Timer, TimerTable};
+use super::state::{AckState, ConnState, Partial, PathCtx, StreamRx, Timer, TimerTable};
 use crate::addr::Addr;
 use crate::stats::Stats;
 use crate::store::{Lane, List, Msg, MsgId, Store};

@@ -35,28 +35,18 @@
 //! [`Flavor::Stream`] is RDS-TCP's: a header per message, acks from the transport's byte
 //! acknowledgements, no credits.
 
-mod ack;
 mod backoff;
 mod config;
 mod credit;
-mod ctx;
 mod frame;
 mod machine;
-mod reasm;
 mod rx;
 mod state;
-mod timer;
 mod tx;
 
-pub use ack::AckState;
 pub use backoff::Backoff;
 pub use config::{ConnectRule, Flavor, PathConfig};
 pub use credit::{CREDIT_LIMIT, CREDIT_UPDATE_AT, CreditOverflow, Credits};
-pub use ctx::PathCtx;
 pub use frame::{FrameKind, PathCmd, PathId, RxRefused, TxFrame, TxPayload};
 pub use machine::{Path, PathEvents, PeerParams, Violation};
-pub use state::ConnState;
-pub use timer::{Timer, TimerTable};
-
-#[cfg(test)]
-mod tests;
+pub use state::{AckState, ConnState, PathCtx, Timer, TimerTable};

@@ -12,11 +12,9 @@
 use lcore::time::Instant;
 
 use super::config::Flavor;
-use super::ctx::PathCtx;
 use super::frame::RxRefused;
 use super::machine::{Path, Violation};
-use super::reasm::{Partial, StreamRx};
-use super::timer::Timer;
+use super::state::{Partial, PathCtx, StreamRx, Timer};
 use crate::store::{Lane, Msg, MsgId, Store};
 use crate::wire::{CONG_MAP_BYTES, FRAG_SIZE, Flags, HEADER_LEN, HeaderFault, HeaderRepr};
 

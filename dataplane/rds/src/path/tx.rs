@@ -5,11 +5,9 @@
 use lcore::time::Instant;
 
 use super::config::Flavor;
-use super::ctx::PathCtx;
 use super::frame::{FrameKind, TxFrame, TxPayload};
 use super::machine::{InFlight, Path, Xmit, finish_xmit};
-use super::state::ConnState;
-use super::timer::Timer;
+use super::state::{ConnState, PathCtx, Timer};
 use crate::store::{Lane, Msg, MsgId};
 use crate::wire::{
     CONG_MAP_BYTES, FRAG_SIZE, Flags, HEADER_LEN, HeaderRepr, MAX_ADV_CREDIT, frag_count,

@@ -1,1 +1,0 @@
-//! Path-level tests (placeholder).
