@@ -568,3 +568,64 @@ fn test_three_nodes_one_connection_per_peer() {
         );
     }
 }
+
+#[test]
+fn test_stream_accept_over_a_live_path_resets_and_retransmits() {
+    // RDS-TCP: the lower address dials again while the higher one still thinks the old
+    // connection is up (its end never saw the failure): the accept replaces it
+    // (Resetting), and what was unacked is resent on the new connection.
+    let mut net = pair(tcp(), SimConfig::default());
+    let (s, _) = net.socket(0, sa(A, 4000));
+    let (r, _) = net.socket(1, sa(B, 4001));
+    net.send_blocking(1, r, sa(A, 4000), b"first", 100_000)
+        .unwrap();
+    net.run_until(100_000, |net| net.recv(0, s).is_some());
+    net.run_for(Duration::from_millis(20)); // every path up
+    // B sends while A is stalled: unacked on B's path for that socket.
+    net.stall(0, true);
+    let now = net.now;
+    net.engine(1)
+        .send_to(now, r, Some(sa(A, 4000)), b"second", SendFlags::DONTWAIT)
+        .unwrap();
+    net.run_for(Duration::from_millis(1));
+    let p = (0..8)
+        .map(|i| PathId { conn: 0, index: i })
+        .find(|&p| net.engine(1).path(p).unwrap().retrans_queue_len() == 1)
+        .expect("the message is on one path, unacked");
+    let now = net.now;
+    let acc = net.engine(1).handle_incoming(
+        now,
+        dp_rds::Incoming {
+            transport: dp_rds::TransportKind::Tcp,
+            laddr: ip(B),
+            faddr: ip(A),
+            tos: 0,
+            path_index: p.index,
+            private: &[],
+        },
+    );
+    assert!(matches!(acc, dp_rds::Accept::Yes { .. }));
+    assert_eq!(
+        net.engine(1).path_state(p),
+        Some(dp_rds::path::ConnState::Resetting)
+    );
+    net.engine(1).handle_transport_error(now, p); // the old socket's error: ignored
+    assert_eq!(
+        net.engine(1).path_state(p),
+        Some(dp_rds::path::ConnState::Resetting)
+    );
+    net.engine(1).handle_connected(now, p, &[]);
+    assert_eq!(
+        net.engine(1).path_state(p),
+        Some(dp_rds::path::ConnState::Up)
+    );
+    assert!(
+        net.engine(1).path(p).unwrap().send_queue_len()
+            + net.engine(1).path(p).unwrap().retrans_queue_len()
+            >= 1
+    );
+    assert!(
+        net.engine(1).stats().send_retransmitted >= 1
+            || net.engine(1).path(p).unwrap().send_queue_len() >= 1
+    );
+}

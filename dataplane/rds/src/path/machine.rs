@@ -446,7 +446,7 @@ impl Path {
     /// The transport could not start or complete a dial: back to Down, and dial again
     /// after the backoff.
     pub fn handle_connect_failed(&mut self, now: Instant, ctx: &mut PathCtx<'_>) {
-        if self.state == ConnState::Connecting {
+        if matches!(self.state, ConnState::Connecting | ConnState::Resetting) {
             self.state = ConnState::Down;
             self.queue_reconnect(now, ctx);
         }
@@ -454,8 +454,15 @@ impl Path {
 
     /// The transport failed (error completion, disconnect event, peer gone): the path is
     /// dropped (`rds_conn_path_drop`) and a [`PathCmd::Disconnect`] follows.
+    ///
+    /// Ignored while Resetting: the connection being replaced is the driver's to discard
+    /// (`rds_tcp_reset_callbacks` detaches the old socket before closing it), and the new
+    /// one reports through `handle_connected` or `handle_connect_failed`.
     pub fn handle_transport_error(&mut self, ctx: &mut PathCtx<'_>) {
-        if !matches!(self.state, ConnState::Down | ConnState::Disconnecting) {
+        if !matches!(
+            self.state,
+            ConnState::Down | ConnState::Disconnecting | ConnState::Resetting
+        ) {
             self.drop_path(ctx.stats);
         }
     }
