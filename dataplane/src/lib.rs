@@ -9,6 +9,7 @@
 //! | [`fabric::shm`] | `dp-shm` | `dataplane/fabric/shm` | software RDMA between processes through shared memory |
 //! | `fabric::verbs` | `dp-verbs` | `dataplane/fabric/verbs` | real RDMA through rdma-core (feature `verbs`) |
 //! | [`rsocket`] | `dp-rsocket` | `dataplane/rsocket` | the socket API over RDMA, wire-compatible with librdmacm |
+//! | [`rds`] | `dp-rds` | `dataplane/rds` | RDS: reliable datagram sockets, the sans-IO protocol core with Linux's socket semantics |
 //!
 //! Protocol crates depend on `dp-fabric`'s traits only, never on a provider. Test kits (the
 //! provider conformance suite, protocol simulators) are compiled only with the feature
@@ -32,11 +33,14 @@ pub mod fabric {
 
 /// Wire codecs: the shared toolkit ([`dp_wire`]) and each protocol's formats.
 pub mod wire {
+    /// RDS's wire formats ([`dp_rds::wire`]).
+    pub use dp_rds::wire as rds;
     /// rsocket's wire formats ([`dp_rsocket::wire`]).
     pub use dp_rsocket::wire as rsocket;
     pub use dp_wire::*;
 }
 
+pub use dp_rds as rds;
 pub use dp_rsocket as rsocket;
 
 #[cfg(feature = "testing")]
