@@ -182,7 +182,8 @@
 //! The loom models live in `tests/loom_ring.rs`:
 //!
 //! ```text
-//! LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg loom" cargo test -p mempool --test loom_ring --release
+//! LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+//!     cargo test -p mempool --test loom_ring --release
 //! ```
 
 mod any;
