@@ -20,6 +20,8 @@
 #                      and dpdk-dev are installed when missing and running as root)
 #   DPDK_MEM_MB=512    memory for DPDK's EAL (-m)
 #   SECONDS_PER_CASE=2 seconds per pool case in the contended rounds (both sides)
+#   TWO_CORE_ELEMS     elements per two-core ring pass, both sides (default 67108864 = 2^26;
+#                      smaller keeps a run on a loaded host short, at the cost of noise)
 #   CARGO_TARGET_DIR   where the release dp-perf and the DPDK harness are built
 #                      (default: <repo>/target)
 #
@@ -135,6 +137,14 @@ fi
 # Per-side options of the runs below; --quick shrinks them.
 DP_RING_ARGS=()
 HARNESS_RING_ARGS=()
+if [ -n "${TWO_CORE_ELEMS:-}" ]; then
+    if ! [[ $TWO_CORE_ELEMS =~ ^[0-9]+$ ]] || [ "$TWO_CORE_ELEMS" -lt 128 ]; then
+        echo "bench-vs-dpdk: TWO_CORE_ELEMS must be a number of at least 128, got '$TWO_CORE_ELEMS'" >&2
+        exit 2
+    fi
+    DP_RING_ARGS=(--two-core-elems "$TWO_CORE_ELEMS")
+    HARNESS_RING_ARGS=(--elems "$TWO_CORE_ELEMS")
+fi
 if [ "$QUICK" -eq 1 ]; then
     DP_RING_ARGS=(--quick)
     HARNESS_RING_ARGS=(--quick)

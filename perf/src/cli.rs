@@ -121,6 +121,9 @@ pub struct RingArgs {
     /// Timed repetitions per two-core case (median reported) [default: 3; 1 with --quick].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub two_core_reps: Option<u32>,
+    /// Elements per two-core pass [default: 2^26; 8192 with --quick].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(128..=1 << 40))]
+    pub two_core_elems: Option<u64>,
     /// Ring modes, comma-separated, each on both sides: spsc, mpmc, rts, hts.
     #[arg(
         long,
@@ -147,6 +150,9 @@ impl RingArgs {
         }
         if let Some(r) = self.two_core_reps {
             cfg.two_core_reps = r as usize;
+        }
+        if let Some(n) = self.two_core_elems {
+            cfg.two_core_elems = n;
         }
         cfg.modes = self.mode.clone();
         cfg.cores = self.cores.clone();
