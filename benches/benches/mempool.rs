@@ -3,12 +3,17 @@
 //! objects through its own cache, as DPDK's test does). One iteration is one keep cycle per
 //! core: get 128 objects in chunks of `bulk`, put them back in chunks of `bulk`; throughput is
 //! objects got and returned (128 per core per iteration).
+//!
+//! Cache-less pools are also measured with RTS and HTS free rings (`mempool/cache0-rts/...`,
+//! DPDK's `ring_mt_rts` and `ring_mt_hts` mempool ops): the contended case the ring modes are
+//! for.
 
 use std::time::Instant;
 
 use benches::{config, pin_bench_thread, two_core_wall, two_cores};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use mempool::pool::{ObjId, Pool, PoolConfig};
+use mempool::ring::SyncType;
 use perf::pool_perf::{CACHE_MAX, DPDK_MAX_KEEP, OBJ_SIZE, POOL_LCORES, keep_cycle};
 
 const KEEP: usize = 128;
@@ -17,14 +22,28 @@ const BULKS: [usize; 3] = [1, 4, 32];
 /// DPDK's `MEMPOOL_SIZE` for two lcores.
 const POOL_SIZE: u32 = (POOL_LCORES * (DPDK_MAX_KEEP + CACHE_MAX as usize) - 1) as u32;
 
-fn pool(cache: u32) -> std::sync::Arc<Pool> {
-    Pool::new(PoolConfig::new("bench", OBJ_SIZE, POOL_SIZE).cache_size(cache)).expect("pool")
+fn pool(cache: u32, ring: SyncType) -> std::sync::Arc<Pool> {
+    Pool::new(
+        PoolConfig::new("bench", OBJ_SIZE, POOL_SIZE)
+            .cache_size(cache)
+            .ring_sync(ring),
+    )
+    .expect("pool")
 }
 
-fn one_core(c: &mut Criterion, cache: u32) {
+/// The group name: `mempool/cache{N}` for the default Multi ring, `mempool/cache{N}-{mode}`
+/// otherwise.
+fn group(cache: u32, ring: SyncType, cores: &str) -> String {
+    match ring {
+        SyncType::Multi => format!("mempool/cache{cache}/{cores}"),
+        _ => format!("mempool/cache{cache}-{ring}/{cores}"),
+    }
+}
+
+fn one_core(c: &mut Criterion, cache: u32, ring: SyncType) {
     pin_bench_thread();
-    let pool = pool(cache);
-    let mut g = c.benchmark_group(format!("mempool/cache{cache}/1core"));
+    let pool = pool(cache, ring);
+    let mut g = c.benchmark_group(group(cache, ring, "1core"));
     g.throughput(Throughput::Elements(KEEP as u64));
     for bulk in BULKS {
         g.bench_with_input(BenchmarkId::new("bulk", bulk), &bulk, |b, &bulk| {
@@ -36,10 +55,10 @@ fn one_core(c: &mut Criterion, cache: u32) {
     g.finish();
 }
 
-fn two_core(c: &mut Criterion, cache: u32) {
+fn two_core(c: &mut Criterion, cache: u32, ring: SyncType) {
     let Some(cpus) = two_cores() else { return };
-    let pool = pool(cache);
-    let mut g = c.benchmark_group(format!("mempool/cache{cache}/2core"));
+    let pool = pool(cache, ring);
+    let mut g = c.benchmark_group(group(cache, ring, "2core"));
     g.throughput(Throughput::Elements(2 * KEEP as u64));
     for bulk in BULKS {
         g.bench_with_input(BenchmarkId::new("bulk", bulk), &bulk, |b, &bulk| {
@@ -62,18 +81,25 @@ fn two_core(c: &mut Criterion, cache: u32) {
 }
 
 fn no_cache(c: &mut Criterion) {
-    one_core(c, 0);
-    two_core(c, 0);
+    one_core(c, 0, SyncType::Multi);
+    two_core(c, 0, SyncType::Multi);
+}
+
+fn no_cache_rts_hts(c: &mut Criterion) {
+    for ring in [SyncType::Rts, SyncType::Hts] {
+        one_core(c, 0, ring);
+        two_core(c, 0, ring);
+    }
 }
 
 fn cache_512(c: &mut Criterion) {
-    one_core(c, CACHE_MAX);
-    two_core(c, CACHE_MAX);
+    one_core(c, CACHE_MAX, SyncType::Multi);
+    two_core(c, CACHE_MAX, SyncType::Multi);
 }
 
 criterion_group! {
     name = pools;
     config = config();
-    targets = no_cache, cache_512
+    targets = no_cache, no_cache_rts_hts, cache_512
 }
 criterion_main!(pools);

@@ -1,7 +1,11 @@
-//! `mempool::ring` on the cases of DPDK's `ring_perf_autotest`: SP/SC and MP/MC, single and
-//! bulk 8/32/128, on one core (enqueue then dequeue on the same thread) and on two cores
-//! (producer on CPU 0, consumer on CPU 1). Throughput is in elements: one element is one
-//! enqueue plus one dequeue on one core, one element transferred on two cores.
+//! `mempool::ring` on the cases of DPDK's `ring_perf_autotest`: SP/SC, MP/MC, and both sides
+//! RTS or HTS, single and bulk 8/32/128, on one core (enqueue then dequeue on the same thread)
+//! and on two cores (producer on CPU 0, consumer on CPU 1). Throughput is in elements: one
+//! element is one enqueue plus one dequeue on one core, one element transferred on two cores.
+//!
+//! ```text
+//! cargo bench -p benches --bench ring -- rts/      # one mode
+//! ```
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -9,7 +13,7 @@ use std::time::Instant;
 use benches::{config, pin_bench_thread, two_core_wall, two_cores};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use crossbeam_utils::CachePadded;
-use mempool::ring::{Multi, Ring, Single, SyncMode};
+use mempool::ring::{Hts, Multi, Ring, Rts, Single, SyncMode};
 use perf::harness::{Backoff, CpuPair};
 
 const RING_SIZE: usize = 4096;
@@ -104,9 +108,19 @@ fn mpmc(c: &mut Criterion) {
     two_core::<Multi, Multi>(c, "mpmc");
 }
 
+fn rts(c: &mut Criterion) {
+    one_core::<Rts, Rts>(c, "rts");
+    two_core::<Rts, Rts>(c, "rts");
+}
+
+fn hts(c: &mut Criterion) {
+    one_core::<Hts, Hts>(c, "hts");
+    two_core::<Hts, Hts>(c, "hts");
+}
+
 criterion_group! {
     name = rings;
     config = config();
-    targets = spsc, mpmc
+    targets = spsc, mpmc, rts, hts
 }
 criterion_main!(rings);

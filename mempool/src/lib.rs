@@ -5,8 +5,8 @@
 //!
 //! - [`memory`]: page-aligned, resident regions (hugepages when available) that pools, rings and
 //!   RDMA-registered buffers live in, shareable with a peer process.
-//! - [`ring`]: fixed-capacity lock-free FIFO rings with DPDK semantics (SP/MP x SC/MC, bulk and
-//!   burst), usable on the heap or in memory shared between processes.
+//! - [`ring`]: fixed-capacity lock-free FIFO rings with DPDK semantics (each side single, multi,
+//!   RTS or HTS; bulk and burst), usable on the heap or in memory shared between processes.
 //!
 //! Invariants that hold crate-wide: structures placed in shared memory are `#[repr(C)]` with
 //! compile-time layout assertions and contain no pointers; all atomics used by lock-free code

@@ -33,6 +33,7 @@ use loom::cell::UnsafeCell;
 use loom::thread;
 use mempool::memory::set_notice_sink;
 use mempool::pool::{ObjId, Pool, PoolCache, PoolConfig};
+use mempool::ring::SyncType;
 
 /// Pool size of every model.
 const COUNT: u32 = 4;
@@ -60,8 +61,16 @@ struct Fixture {
 
 impl Fixture {
     fn new() -> loom::sync::Arc<Self> {
-        let pool =
-            Pool::new(PoolConfig::new("loom", 64, COUNT).cache_size(1).no_huge()).expect("pool");
+        Self::with(1, SyncType::Multi)
+    }
+
+    /// A pool with caches of `cache_size` and a free ring in mode `ring`.
+    fn with(cache_size: u32, ring: SyncType) -> loom::sync::Arc<Self> {
+        let cfg = PoolConfig::new("loom", 64, COUNT)
+            .cache_size(cache_size)
+            .ring_sync(ring)
+            .no_huge();
+        let pool = Pool::new(cfg).expect("pool");
         let shadow = (0..COUNT).map(|_| UnsafeCell::new(0)).collect();
         loom::sync::Arc::new(Self { pool, shadow })
     }
@@ -178,5 +187,23 @@ fn cache_and_cacheless() {
         } else {
             model("cache spawned", move || run(cached, cacheless));
         }
+    }
+}
+
+#[test]
+fn cacheless_ports_on_rts_and_hts_rings() {
+    // Two cache-less ports (caches of size 0: every get and put is a ring operation, through
+    // handles the ports own) on pools whose free ring is RTS or HTS. With RTS an object can be
+    // put back before the get that took it has released its slot; the ring is sized for that.
+    for ring in [SyncType::Rts, SyncType::Hts] {
+        model(&format!("two cache-less ports, {ring} ring"), move || {
+            let f = Fixture::with(0, ring);
+            let (ca, cb) = (f.pool.cache(), f.pool.cache());
+            let fa = loom::sync::Arc::clone(&f);
+            let t = thread::spawn(move || cache_user(&fa, ca, 1));
+            let eb = cache_user(&f, cb, 2);
+            let ea = t.join().unwrap();
+            f.check_quiescent(ea + eb);
+        });
     }
 }

@@ -3,10 +3,10 @@
 //! and every slot access (a slot read that is not ordered after its write, or a write not
 //! ordered after the previous read of that slot, is reported as a causality violation).
 //!
-//! Run (about 30 s in release on the 2-core CI box, most of it `mpmc 2x2 reuse`):
+//! Run (CI does, in `scripts/test.sh`; a few minutes in release on the 2-core box):
 //!
 //! ```text
-//! LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg loom" \
+//! LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
 //!     cargo test -p mempool --test loom_ring --release
 //! ```
 //!
@@ -18,8 +18,8 @@
 //! makes the state space explode. Instead each thread runs a fixed script of single, bulk and
 //! burst operations whose outcome depends on the interleaving (full and empty rings happen at
 //! capacity 2), records what succeeded, and after the joins the consumers drain the rest. The
-//! only waiting left is inside the ring: the Multi tail wait, which is what we want loom to
-//! look at. Elements are `producer << 4 | sequence`; each model checks that what was dequeued is
+//! only waiting left is inside the ring (the Multi tail wait, the HTS wait for an idle side,
+//! the RTS head/tail distance wait), which is what we want loom to look at. Elements are `producer << 4 | sequence`; each model checks that what was dequeued is
 //! exactly what was enqueued (no loss, no duplication) and that every consumer saw each
 //! producer's elements in increasing order (FIFO per producer).
 //!
@@ -30,25 +30,37 @@
 //! interleavings; with a single start order, weakening R1 to Relaxed went unnoticed in the
 //! Multi models.
 //!
-//! The models are known to be sharp: weakening any single ordering edge of
-//! `src/ring/headtail.rs` to `Relaxed` makes at least one model fail with a causality
-//! violation (checked by hand when the models were written):
+//! The models are known to be sharp: weakening any single ordering edge of the index protocol
+//! (`src/ring/headtail.rs`, `index.rs`, `mt.rs`, `rts.rs`, `hts.rs`) to `Relaxed` makes at
+//! least one model fail (checked by hand: the edges of the Multi and Single paths when the
+//! models were written, the RTS and HTS edges and the shared-mode reload when those came):
 //!
-//! | weakened edge                          | failing models                       |
-//! |----------------------------------------|--------------------------------------|
-//! | R1/R2 tail store                       | all                                  |
-//! | A1/A2 opposite-tail load, Single path  | spsc, spsc wrap, mpsc 2x1            |
-//! | A1/A2 opposite-tail load, Multi path   | mpsc, spmc, mpmc 2x1, mpmc 2x2       |
-//! | R3 head CAS success                    | mpsc, spmc, mpmc 2x1, mpmc 2x2       |
-//! | A3 head load                           | mpsc, spmc, mpmc 2x1, mpmc 2x2       |
-//! | A4 tail wait, producer side            | mpsc, mpmc 2x1, mpmc 2x2             |
-//! | A4 tail wait, consumer side            | mpmc 2x2, mpmc 2x2 reuse             |
+//! | weakened edge                                | failing models                                   |
+//! |----------------------------------------------|--------------------------------------------------|
+//! | R1/R2 tail store, Single                     | spsc, spsc wrap, spmc                            |
+//! | R1/R2 tail store, Multi                      | mpsc, mpmc 2x1, mpmc 2x2, mpmc reuse             |
+//! | A1/A2 opposite-tail load (`opp_pos`, all modes) | every model                                   |
+//! | R3 head CAS success (Multi)                  | mpsc, mpmc 2x1, mpmc 2x2, mpmc reuse             |
+//! | A3 head load (Multi)                         | mpsc, mpmc 2x1, mpmc 2x2, mpmc reuse             |
+//! | A3 head CAS failure (Multi)                  | mpsc, mpmc reuse                                 |
+//! | A4 tail wait, first load or spin (Multi)     | mpsc, mpmc 2x1, mpmc 2x2, mpmc reuse             |
+//! | R3 head CAS success (RTS)                    | rts 2x2, rts reuse, rts throttled, multi x rts, single x rts |
+//! | A3 head load (RTS)                           | rts 2x2, rts reuse, rts throttled, multi x rts, single x rts |
+//! | R1/R2 tail CAS success (RTS)                 | rts 2x2, rts reuse, rts throttled, rts x hts, multi x rts |
+//! | A6 tail load (RTS finish)                    | rts 3x1                                          |
+//! | A6 tail CAS failure (RTS finish)             | rts reuse, rts x hts                             |
+//! | A5 word load, claim and wait (HTS)           | hts 2x2, hts reuse, hts x multi, rts x hts, hts x single |
+//! | A5 CAS failure (HTS)                         | hts 2x2, hts reuse, hts x multi, rts x hts, hts x single |
+//! | R1/R2 publishing store (HTS)                 | hts 2x2, hts reuse, hts x multi, rts x hts, hts x single |
+//!
+//! The three deliberately Relaxed accesses (the HTS claim CAS, the RTS finisher's head load,
+//! the RTS distance check) are argued in `hts.rs` and `rts.rs`.
 #![cfg(loom)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use loom::thread;
-use mempool::ring::{Consumer, Multi, Producer, Ring, Single, SyncMode};
+use mempool::ring::{Consumer, Hts, Multi, Producer, Ring, Rts, Single, SyncMode};
 
 /// `loom::model` that also reports how many executions it explored (visible with
 /// `--nocapture`), so a model that silently stopped exploring is noticed.
@@ -121,7 +133,14 @@ fn run(mut roles: Vec<Role>, on_main: usize) {
 
 /// Runs the scenario built by `roles` once per choice of the role on loom's main thread.
 fn scenario(name: &str, n_roles: usize, roles: fn() -> Vec<Role>) {
-    for on_main in 0..n_roles {
+    let all: Vec<usize> = (0..n_roles).collect();
+    scenario_firsts(name, n_roles, &all, roles);
+}
+
+/// [`scenario`] with only the roles in `firsts` on loom's main thread in turn: for scenarios
+/// whose roles are symmetric, one of each kind is enough.
+fn scenario_firsts(name: &str, n_roles: usize, firsts: &[usize], roles: fn() -> Vec<Role>) {
+    for &on_main in firsts {
         model(&format!("{name} (role {on_main} first)"), move || {
             let r = roles();
             assert_eq!(r.len(), n_roles);
@@ -295,6 +314,164 @@ fn mpmc_two_by_two_slot_reuse() {
             producer(tx, 1, &[Step::One]),
             consumer(rx.clone(), &[Step::One, Step::Bulk(2)]),
             consumer(rx, &[Step::Burst(2)]),
+        ]
+    });
+}
+
+// RTS and HTS. Each side's mode is independent of the other's (the opposite side only reads
+// the tail position), so the models also mix modes across the two sides.
+
+#[test]
+fn rts_two_by_two() {
+    // htd_max = capacity: no throttling, so two claims of a side can be in flight and finish in
+    // either order; only the last finisher may move the tail.
+    scenario("rts 2x2", 4, || {
+        let (mut tx, mut rx) = Ring::<u8>::with_capacity::<Rts, Rts>(2).unwrap();
+        tx.set_htd_max(2);
+        rx.set_htd_max(2);
+        vec![
+            producer(tx.clone(), 0, &[Step::Bulk(2)]),
+            producer(tx, 1, &[Step::One]),
+            consumer(rx.clone(), &[Step::One]),
+            consumer(rx, &[Step::Burst(2)]),
+        ]
+    });
+}
+
+#[test]
+fn rts_slot_reuse() {
+    // Three elements through two slots with unthrottled RTS on both sides: a slot is rewritten
+    // only after the consumer tail, moved by whichever consumer finished last, releases it.
+    scenario("rts 2x2 reuse", 4, || {
+        let (mut tx, mut rx) = Ring::<u8>::with_capacity::<Rts, Rts>(2).unwrap();
+        tx.set_htd_max(2);
+        rx.set_htd_max(2);
+        vec![
+            producer(tx.clone(), 0, &[Step::Bulk(2), Step::One]),
+            producer(tx, 1, &[Step::One]),
+            consumer(rx.clone(), &[Step::One, Step::Bulk(2)]),
+            consumer(rx, &[Step::Burst(2)]),
+        ]
+    });
+}
+
+#[test]
+fn rts_three_producers() {
+    // Three claims in flight on one side: a finisher that counted a later claim's finish must
+    // not then read a head older than that finisher saw, or it would publish the middle claim
+    // before it is written (A6 on the tail load).
+    // The three producers run the same script, so one of them first covers the others.
+    scenario_firsts("rts 3x1", 4, &[0, 3], || {
+        let (mut tx, rx) = Ring::<u8>::with_capacity::<Rts, Single>(4).unwrap();
+        tx.set_htd_max(4);
+        vec![
+            producer(tx.clone(), 0, &[Step::One]),
+            producer(tx.clone(), 1, &[Step::One]),
+            producer(tx, 2, &[Step::One]),
+            consumer(rx, &[Step::Burst(3)]),
+        ]
+    });
+}
+
+#[test]
+fn rts_throttled_producers_single_consumer() {
+    // The default htd_max of a 2-slot ring is 0: each RTS claim waits until the previous one
+    // of its side has finished (the distance wait), which loom explores as a spin.
+    scenario("rts 2x1 throttled", 3, || {
+        let (tx, rx) = Ring::<u8>::with_capacity::<Rts, Single>(2).unwrap();
+        assert_eq!(tx.htd_max(), 0);
+        vec![
+            producer(tx.clone(), 0, &[Step::One, Step::Bulk(2)]),
+            producer(tx, 1, &[Step::Burst(2)]),
+            consumer(rx, &[Step::One, Step::Burst(2)]),
+        ]
+    });
+}
+
+#[test]
+fn hts_two_by_two() {
+    scenario("hts 2x2", 4, || {
+        let (tx, rx) = Ring::<u8>::with_capacity::<Hts, Hts>(2).unwrap();
+        vec![
+            producer(tx.clone(), 0, &[Step::Bulk(2)]),
+            producer(tx, 1, &[Step::One]),
+            consumer(rx.clone(), &[Step::One]),
+            consumer(rx, &[Step::Burst(2)]),
+        ]
+    });
+}
+
+#[test]
+fn hts_slot_reuse() {
+    scenario("hts 2x2 reuse", 4, || {
+        let (tx, rx) = Ring::<u8>::with_capacity::<Hts, Hts>(2).unwrap();
+        vec![
+            producer(tx.clone(), 0, &[Step::Bulk(2), Step::One]),
+            producer(tx, 1, &[Step::One]),
+            consumer(rx.clone(), &[Step::One, Step::Bulk(2)]),
+            consumer(rx, &[Step::Burst(2)]),
+        ]
+    });
+}
+
+#[test]
+fn rts_producers_hts_consumers() {
+    scenario("rts x hts", 4, || {
+        let (mut tx, rx) = Ring::<u8>::with_capacity::<Rts, Hts>(2).unwrap();
+        tx.set_htd_max(2);
+        vec![
+            producer(tx.clone(), 0, &[Step::One, Step::One]),
+            producer(tx, 1, &[Step::One]),
+            consumer(rx.clone(), &[Step::Bulk(2)]),
+            consumer(rx, &[Step::One]),
+        ]
+    });
+}
+
+#[test]
+fn hts_producers_multi_consumers() {
+    scenario("hts x multi", 4, || {
+        let (tx, rx) = Ring::<u8>::with_capacity::<Hts, Multi>(2).unwrap();
+        vec![
+            producer(tx.clone(), 0, &[Step::Bulk(2), Step::One]),
+            producer(tx, 1, &[Step::One]),
+            consumer(rx.clone(), &[Step::One, Step::One]),
+            consumer(rx, &[Step::Burst(2)]),
+        ]
+    });
+}
+
+#[test]
+fn multi_producers_rts_consumers() {
+    scenario("multi x rts", 4, || {
+        let (tx, mut rx) = Ring::<u8>::with_capacity::<Multi, Rts>(2).unwrap();
+        rx.set_htd_max(2);
+        vec![
+            producer(tx.clone(), 0, &[Step::Bulk(2), Step::One]),
+            producer(tx, 1, &[Step::One]),
+            consumer(rx.clone(), &[Step::One, Step::Bulk(2)]),
+            consumer(rx, &[Step::Burst(2)]),
+        ]
+    });
+}
+
+#[test]
+fn single_producer_rts_and_hts_consumers() {
+    scenario("single x rts", 3, || {
+        let (tx, mut rx) = Ring::<u8>::with_capacity::<Single, Rts>(2).unwrap();
+        rx.set_htd_max(2);
+        vec![
+            producer(tx, 0, &[Step::Bulk(2), Step::One, Step::Burst(2)]),
+            consumer(rx.clone(), &[Step::Bulk(2), Step::One]),
+            consumer(rx, &[Step::One, Step::Burst(2)]),
+        ]
+    });
+    scenario("hts x single", 3, || {
+        let (tx, rx) = Ring::<u8>::with_capacity::<Hts, Single>(2).unwrap();
+        vec![
+            producer(tx.clone(), 0, &[Step::Bulk(2), Step::One]),
+            producer(tx, 1, &[Step::One, Step::Burst(2)]),
+            consumer(rx, &[Step::Burst(2), Step::One]),
         ]
     });
 }

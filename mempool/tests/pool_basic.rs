@@ -9,6 +9,7 @@ use mempool::pool::{
     CACHE_MAX_SIZE, Empty, FLUSH_THRESHOLD_MULTIPLIER, ObjId, Pool, PoolConfig, PoolError,
     flush_threshold,
 };
+use mempool::ring::SyncType;
 
 fn pool(name: &str, obj_size: usize, count: u32) -> Arc<Pool> {
     Pool::new(PoolConfig::new(name, obj_size, count).no_huge()).expect("pool")
@@ -92,6 +93,14 @@ fn bad_configs_say_what_is_wrong() {
         (PoolConfig::new("z", 64, 8).align(48), "power of two"),
         (PoolConfig::new("z", 64, 8).align(8192), "power of two"),
         (PoolConfig::new("z", usize::MAX / 4, 8), "address space"),
+        (
+            PoolConfig::new("z", 64, 8).ring_sync(SyncType::Single),
+            "use multi, rts or hts",
+        ),
+        (
+            PoolConfig::new("z", 64, (1 << 29) + 1).ring_sync(SyncType::Rts),
+            "limit of an RTS free ring",
+        ),
     ];
     for (cfg, needle) in cases {
         let err = Pool::new(cfg.clone()).unwrap_err();
@@ -328,4 +337,18 @@ fn shareable_pool_lives_in_a_memfd_region() {
     assert_eq!(found.region_id, region.id());
     // SAFETY: from `p`, once.
     unsafe { p.put(id) };
+}
+
+#[test]
+fn ring_modes_of_a_pool() {
+    for sync in [SyncType::Multi, SyncType::Rts, SyncType::Hts] {
+        let p = Pool::new(PoolConfig::new("modes", 64, 100).ring_sync(sync).no_huge()).unwrap();
+        assert_eq!(p.ring_sync(), sync);
+        let mut all = vec![ObjId::default(); 100];
+        p.get_bulk(&mut all).unwrap();
+        assert!(p.get().is_err(), "{sync}: a 101st object");
+        // SAFETY: every id came from `p` and goes back once.
+        unsafe { p.put_bulk(&all) };
+        assert_eq!(p.in_ring(), 100, "{sync}");
+    }
 }

@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 
-use mempool::ring::{Consumer, Multi, Producer, Ring, Single, SyncMode};
+use mempool::ring::{Consumer, Hts, Multi, Producer, Ring, Rts, Single, SyncMode};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
@@ -139,5 +139,25 @@ proptest! {
     fn mpmc_matches_model(cap in capacity(), start in start(), ops in ops()) {
         let (tx, rx) = Ring::with_capacity_and_start::<Multi, Multi>(cap, start).unwrap();
         check(cap, vec![tx.clone(), tx], vec![rx.clone(), rx], &ops)?;
+    }
+
+    #[test]
+    fn rts_matches_model(cap in capacity(), start in start(), ops in ops()) {
+        let (tx, rx) = Ring::with_capacity_and_start::<Rts, Rts>(cap, start).unwrap();
+        check(cap, vec![tx.clone(), tx], vec![rx.clone(), rx], &ops)?;
+    }
+
+    #[test]
+    fn hts_matches_model(cap in capacity(), start in start(), ops in ops()) {
+        let (tx, rx) = Ring::with_capacity_and_start::<Hts, Hts>(cap, start).unwrap();
+        check(cap, vec![tx.clone(), tx], vec![rx.clone(), rx], &ops)?;
+    }
+
+    #[test]
+    fn mixed_modes_match_model(cap in capacity(), start in start(), ops in ops()) {
+        let (tx, rx) = Ring::with_capacity_and_start::<Hts, Rts>(cap, start).unwrap();
+        check(cap, vec![tx.clone(), tx], vec![rx.clone(), rx], &ops)?;
+        let (tx, rx) = Ring::with_capacity_and_start::<Rts, Single>(cap, start).unwrap();
+        check(cap, vec![tx.clone(), tx], vec![rx], &ops)?;
     }
 }

@@ -1,5 +1,6 @@
-//! Multi-thread stress of all four ring flavours: every element arrives exactly once, and each
-//! consumer sees each producer's elements in the order they were produced.
+//! Multi-thread stress of the ring flavours (Single and Multi on each side, RTS and HTS on their
+//! own and mixed with the others): every element arrives exactly once, and each consumer sees
+//! each producer's elements in the order they were produced.
 //!
 //! Elements are `producer_id << 32 | sequence`. Producers and consumers mix single, bulk and
 //! burst operations of varying sizes. Threads outnumber the two cores of the CI box, so every
@@ -247,4 +248,49 @@ fn mpmc_two_by_two() {
 fn mpmc_two_by_two_tiny_ring() {
     // Capacity 4 maximises full/empty transitions and tail-wait contention.
     run::<mempool::ring::Multi, mempool::ring::Multi>(4, 0, 2, 2, Clone::clone, Clone::clone);
+}
+
+#[test]
+fn rts_two_by_two() {
+    use mempool::ring::Rts;
+    run::<Rts, Rts>(64, u32::MAX - 1000, 2, 2, Clone::clone, Clone::clone);
+}
+
+#[test]
+fn rts_unthrottled_tiny_ring() {
+    // htd_max = capacity: claims never wait for the tail, so finishes come in any order.
+    use mempool::ring::Rts;
+    let unthrottled_tx = |tx: &Producer<u64, Rts>| {
+        let mut tx = tx.clone();
+        tx.set_htd_max(4);
+        tx
+    };
+    let unthrottled_rx = |rx: &Consumer<u64, Rts>| {
+        let mut rx = rx.clone();
+        rx.set_htd_max(4);
+        rx
+    };
+    run::<Rts, Rts>(4, 0, 3, 2, unthrottled_tx, unthrottled_rx);
+}
+
+#[test]
+fn hts_two_by_two() {
+    use mempool::ring::Hts;
+    run::<Hts, Hts>(64, u32::MAX - 1000, 2, 2, Clone::clone, Clone::clone);
+}
+
+#[test]
+fn hts_two_by_two_tiny_ring() {
+    use mempool::ring::Hts;
+    run::<Hts, Hts>(4, 0, 2, 2, Clone::clone, Clone::clone);
+}
+
+#[test]
+fn modes_mixed_across_sides() {
+    use mempool::ring::{Hts, Multi, Rts, Single};
+    run::<Rts, Hts>(16, u32::MAX - 1000, 2, 2, Clone::clone, Clone::clone);
+    run::<Hts, Rts>(16, u32::MAX - 1000, 2, 2, Clone::clone, Clone::clone);
+    run::<Multi, Rts>(16, 0, 2, 2, Clone::clone, Clone::clone);
+    run::<Hts, Single>(16, 0, 2, 1, Clone::clone, |_| unreachable!());
+    run::<Single, Rts>(16, 0, 1, 2, |_| unreachable!(), Clone::clone);
 }

@@ -25,6 +25,7 @@ use std::io::{self, Write};
 
 use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
+use mempool::ring::SyncType;
 
 pub use crate::common::Common;
 use crate::fabric::{FabricArgs, Test};
@@ -171,6 +172,21 @@ pub struct RingArgs {
     /// Timed repetitions per two-core case (median reported) [default: 3; 1 with --quick].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub two_core_reps: Option<u32>,
+    /// Elements per two-core pass [default: 2^26; 8192 with --quick].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(128..=1 << 40))]
+    pub two_core_elems: Option<u64>,
+    /// Ring modes, comma-separated, each on both sides: spsc, mpmc, rts, hts.
+    #[arg(
+        long,
+        value_name = "MODE,..",
+        value_delimiter = ',',
+        default_value = "spsc,mpmc,rts,hts"
+    )]
+    pub mode: Vec<ring_perf::Mode>,
+    /// Core counts, comma-separated: 1 (single/burst/bulk on one core), 2 (two-core bulk).
+    #[arg(long, value_name = "N,..", value_delimiter = ',', default_value = "1,2",
+          value_parser = clap::value_parser!(u32).range(1..=2))]
+    pub cores: Vec<u32>,
 }
 
 impl RingArgs {
@@ -186,6 +202,11 @@ impl RingArgs {
         if let Some(r) = self.two_core_reps {
             cfg.two_core_reps = r as usize;
         }
+        if let Some(n) = self.two_core_elems {
+            cfg.two_core_elems = n;
+        }
+        cfg.modes = self.mode.clone();
+        cfg.cores = self.cores.clone();
         ring_perf::measure(&cfg)
     }
 }
@@ -212,6 +233,22 @@ pub struct MempoolArgs {
     #[arg(long, value_name = "N,..", value_delimiter = ',', default_value = "1,2",
           value_parser = clap::value_parser!(u32).range(1..=2))]
     pub cores: Vec<u32>,
+    /// Free-ring modes of the pools, comma-separated: multi (DPDK's ring_mp_mc), rts
+    /// (ring_mt_rts), hts (ring_mt_hts).
+    #[arg(long, value_name = "MODE,..", value_delimiter = ',', default_value = "multi",
+          value_parser = parse_pool_ring)]
+    pub ring_sync: Vec<SyncType>,
+}
+
+fn parse_pool_ring(s: &str) -> Result<SyncType, String> {
+    match s.parse::<SyncType>() {
+        Ok(SyncType::Single) => Err(
+            "a pool's ring is shared by every core, so it cannot be single; use multi, rts or hts"
+                .into(),
+        ),
+        Ok(t) => Ok(t),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 fn parse_seconds(s: &str) -> Result<f64, String> {
@@ -235,6 +272,7 @@ impl MempoolArgs {
         cfg.bulks = self.bulk.iter().map(|&b| b as usize).collect();
         cfg.caches = self.cache.clone();
         cfg.cores = self.cores.iter().map(|&c| c as usize).collect();
+        cfg.rings = self.ring_sync.clone();
         pool_perf::measure(&cfg)
     }
 }

@@ -15,7 +15,10 @@
 //!
 //! # Grid and pool
 //!
-//! Cache 0 and 512, bulk 1, 4 and 32, `keep` 128 (`--keep` adds 32 and 512), on 1 and 2 cores.
+//! Cache 0 and 512, bulk 1, 4 and 32, `keep` 128 (`--keep` adds 32 and 512), on 1 and 2 cores,
+//! on pools whose free ring is in Multi mode (DPDK's default `ring_mp_mc` ops); `--ring-sync`
+//! adds pools with RTS and HTS rings (DPDK's `ring_mt_rts` and `ring_mt_hts` ops). Each row
+//! names its ring mode in the `ring` field.
 //! Objects are 2048 bytes. The pool holds `2 x (MAX_KEEP + 512) - 1` = 2047 objects like
 //! DPDK's `MEMPOOL_SIZE = lcores x (MAX_KEEP + RTE_MEMPOOL_CACHE_MAX_SIZE) - 1` with DPDK
 //! running on two lcores, where `MAX_KEEP` is 512 as in DPDK 22.11.11 (or the largest `--keep`
@@ -29,6 +32,7 @@ use std::sync::Arc;
 
 use mempool::memory::{set_notice_sink, stderr_notice_sink};
 use mempool::pool::{ObjId, Pool, PoolCache, PoolConfig};
+use mempool::ring::SyncType;
 use serde::Serialize;
 
 use crate::harness::{CpuPair, SpinBarrier, Timer, run_on, run_pair};
@@ -61,6 +65,8 @@ pub struct MempoolConfig {
     pub cores: Vec<usize>,
     /// Seconds each core runs per case.
     pub seconds: f64,
+    /// Free-ring modes of the pools (shared modes only).
+    pub rings: Vec<SyncType>,
 }
 
 impl MempoolConfig {
@@ -74,6 +80,7 @@ impl MempoolConfig {
             keeps: vec![128],
             cores: vec![1, 2],
             seconds: 2.0,
+            rings: vec![SyncType::Multi],
         }
     }
 
@@ -97,8 +104,15 @@ impl MempoolConfig {
             || self.bulks.is_empty()
             || self.keeps.is_empty()
             || self.cores.is_empty()
+            || self.rings.is_empty()
         {
-            return usage("cache, bulk, keep and core lists must not be empty".into());
+            return usage("cache, bulk, keep, core and ring lists must not be empty".into());
+        }
+        if self.rings.contains(&SyncType::Single) {
+            return usage(
+                "a pool's ring cannot be single: every core gets and puts; use multi, rts or hts"
+                    .into(),
+            );
         }
         if !(self.seconds.is_finite() && self.seconds > 0.0 && self.seconds <= 3600.0) {
             return usage(format!(
@@ -127,6 +141,8 @@ impl MempoolConfig {
 /// One measured case.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct MempoolRow {
+    /// Free-ring mode: `"multi"`, `"rts"` or `"hts"`.
+    pub ring: &'static str,
     /// Cache size.
     pub cache: u32,
     /// Get and put chunk size.
@@ -174,14 +190,15 @@ impl Report for MempoolReport {
             writeln!(
                 out,
                 "mempool_autotest cache={} cores={} n_get_bulk={} n_put_bulk={} n_keep={} \
-                 rate_persec={:.0}  ({:.1} Mops/s)",
+                 rate_persec={:.0}  ({:.1} Mops/s, ring {})",
                 r.cache,
                 r.cores,
                 r.bulk,
                 r.bulk,
                 r.keep,
                 r.ops_per_sec,
-                r.ops_per_sec / 1e6
+                r.ops_per_sec / 1e6,
+                r.ring
             )?;
         }
         Ok(())
@@ -218,27 +235,32 @@ fn first_notice_only(line: &str) {
 fn measure_grid(cfg: &MempoolConfig) -> Result<MempoolReport, PerfError> {
     let timer = Timer::new();
     let mut rows = Vec::new();
-    for &cache in &cfg.caches {
-        for &cores in &cfg.cores {
-            for &bulk in &cfg.bulks {
-                for &keep in &cfg.keeps {
-                    let case = Case {
-                        bulk,
-                        keep,
-                        nanos: (cfg.seconds * 1e9) as u64,
-                        timer,
-                    };
-                    let pool = Pool::new(
-                        PoolConfig::new("dp-perf", OBJ_SIZE, cfg.pool_size()).cache_size(cache),
-                    )?;
-                    let ops_per_sec = run_case(&pool, cfg.cpus, cores, case)?;
-                    rows.push(MempoolRow {
-                        cache,
-                        bulk,
-                        keep,
-                        cores,
-                        ops_per_sec,
-                    });
+    for &ring in &cfg.rings {
+        for &cache in &cfg.caches {
+            for &cores in &cfg.cores {
+                for &bulk in &cfg.bulks {
+                    for &keep in &cfg.keeps {
+                        let case = Case {
+                            bulk,
+                            keep,
+                            nanos: (cfg.seconds * 1e9) as u64,
+                            timer,
+                        };
+                        let pool = Pool::new(
+                            PoolConfig::new("dp-perf", OBJ_SIZE, cfg.pool_size())
+                                .cache_size(cache)
+                                .ring_sync(ring),
+                        )?;
+                        let ops_per_sec = run_case(&pool, cfg.cpus, cores, case)?;
+                        rows.push(MempoolRow {
+                            ring: ring.name(),
+                            cache,
+                            bulk,
+                            keep,
+                            cores,
+                            ops_per_sec,
+                        });
+                    }
                 }
             }
         }
@@ -364,9 +386,30 @@ mod tests {
         }
         let json = r.to_json();
         let row = json["mempool"][0].as_object().unwrap();
+        assert_eq!(row["ring"], "multi");
         for key in ["cache", "bulk", "cores", "ops_per_sec"] {
             assert!(row.contains_key(key), "{key} missing from {row:?}");
         }
+    }
+
+    #[test]
+    fn ring_modes_are_rows_of_their_own() {
+        let cpus = CpuPair::default();
+        if cpus.check().is_err() {
+            return;
+        }
+        let cfg = MempoolConfig {
+            seconds: 0.002,
+            caches: vec![0],
+            bulks: vec![4],
+            cores: vec![2],
+            rings: vec![SyncType::Rts, SyncType::Hts],
+            ..MempoolConfig::quick(cpus)
+        };
+        let r = measure(&cfg).unwrap();
+        let rings: Vec<&str> = r.mempool.iter().map(|r| r.ring).collect();
+        assert_eq!(rings, ["rts", "hts"]);
+        assert!(r.mempool.iter().all(|r| r.ops_per_sec > 0.0));
     }
 
     #[test]
@@ -399,6 +442,10 @@ mod tests {
             },
             MempoolConfig {
                 keeps: vec![],
+                ..base.clone()
+            },
+            MempoolConfig {
+                rings: vec![SyncType::Single],
                 ..base.clone()
             },
         ];

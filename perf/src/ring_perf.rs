@@ -2,8 +2,10 @@
 //!
 //! # Grid
 //!
-//! For SP/SC ([`Spsc`](mempool::ring::Spsc)) and MP/MC ([`Mpmc`](mempool::ring::Mpmc)) rings
-//! of 4096 `u64` slots (pointer-sized elements, like DPDK's legacy `void *` API):
+//! For rings of 4096 `u64` slots (pointer-sized elements, like DPDK's legacy `void *` API) in
+//! each selected [`Mode`]: SP/SC ([`Spsc`](mempool::ring::Spsc)), MP/MC
+//! ([`Mpmc`](mempool::ring::Mpmc)), and both sides RTS or both HTS (DPDK's
+//! `RING_F_MP_RTS_ENQ | RING_F_MC_RTS_DEQ` and `RING_F_MP_HTS_ENQ | RING_F_MC_HTS_DEQ`):
 //!
 //! | op | batch | cores | loop |
 //! |----|-------|-------|------|
@@ -12,7 +14,12 @@
 //! | bulk | 8, 32, 128 | 1 | `enqueue_bulk(n); dequeue_bulk(n)` |
 //! | bulk | 8, 32, 128 | 2 | producer on CPU A retries `enqueue_bulk(n)`, consumer on CPU B retries `dequeue_bulk(n)` |
 //!
-//! DPDK runs sizes 8 and 32; 128 is ours.
+//! DPDK runs sizes 8 and 32; 128 is ours. DPDK's `ring_perf_autotest` has no RTS or HTS cases;
+//! `scripts/bench-vs-dpdk.sh` runs the same loops on DPDK's RTS and HTS rings with a small C
+//! harness (`perf/dpdk/dpdk-ring-mempool.c`). The two-core MP/MC, RTS and HTS cases have one
+//! producer and one consumer thread, as in DPDK: they measure the cost of the multi-thread code
+//! paths, not contention between producers (the cache-less pool of `dp-perf mempool` on two
+//! cores is the contended case).
 //!
 //! # `ns_per_elem`
 //!
@@ -35,7 +42,7 @@
 use std::io;
 
 use crossbeam_utils::CachePadded;
-use mempool::ring::{Multi, Ring, Single, SyncMode};
+use mempool::ring::{Hts, Multi, Ring, Rts, Single, SyncMode};
 use serde::Serialize;
 
 use crate::harness::{Backoff, CpuPair, SpinBarrier, Timer, median, run_on, run_pair};
@@ -44,22 +51,31 @@ use crate::{PerfError, Report};
 /// Slots per ring, as in DPDK's test.
 pub const RING_SIZE: usize = 4096;
 
-/// Ring synchronisation mode under test.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// Ring synchronisation modes under test (the same mode on both sides).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Single producer, single consumer.
     Spsc,
-    /// Multi producer, multi consumer.
+    /// Multi producer, multi consumer (DPDK's default MT sync).
     Mpmc,
+    /// Both sides RTS (relaxed tail sync).
+    Rts,
+    /// Both sides HTS (head/tail sync).
+    Hts,
 }
 
 impl Mode {
-    /// `"spsc"` / `"mpmc"`.
+    /// Every mode, in grid order.
+    pub const ALL: [Self; 4] = [Self::Spsc, Self::Mpmc, Self::Rts, Self::Hts];
+
+    /// `"spsc"` / `"mpmc"` / `"rts"` / `"hts"`.
     pub fn name(self) -> &'static str {
         match self {
             Self::Spsc => "spsc",
             Self::Mpmc => "mpmc",
+            Self::Rts => "rts",
+            Self::Hts => "hts",
         }
     }
 }
@@ -104,6 +120,10 @@ pub struct RingConfig {
     pub reps: usize,
     /// Timed passes per two-core case; the median is reported.
     pub two_core_reps: usize,
+    /// Modes to measure, in this order.
+    pub modes: Vec<Mode>,
+    /// Core counts to measure: 1 (single, burst, bulk on one core) and/or 2 (two-core bulk).
+    pub cores: Vec<u32>,
 }
 
 impl RingConfig {
@@ -118,6 +138,8 @@ impl RingConfig {
             batches: vec![8, 32, 128],
             reps: 5,
             two_core_reps: 3,
+            modes: Mode::ALL.to_vec(),
+            cores: vec![1, 2],
         }
     }
 
@@ -131,12 +153,22 @@ impl RingConfig {
             batches: vec![8, 32, 128],
             reps: 1,
             two_core_reps: 1,
+            modes: Mode::ALL.to_vec(),
+            cores: vec![1, 2],
         }
     }
 
     fn validate(&self) -> Result<(), PerfError> {
         if self.reps == 0 || self.two_core_reps == 0 {
             return Err(PerfError::Usage("repetitions must be > 0".into()));
+        }
+        if self.modes.is_empty() || self.cores.is_empty() {
+            return Err(PerfError::Usage(
+                "the mode and core lists must not be empty".into(),
+            ));
+        }
+        if let Some(c) = self.cores.iter().find(|&&c| c != 1 && c != 2) {
+            return Err(PerfError::Usage(format!("core count {c} is not 1 or 2")));
         }
         if self.single_ops == 0 {
             return Err(PerfError::Usage("single-op count must be > 0".into()));
@@ -249,10 +281,12 @@ pub fn measure(cfg: &RingConfig) -> Result<RingReport, PerfError> {
     cfg.validate()?;
     let timer = Timer::new();
     let mut rows = Vec::new();
-    for mode in [Mode::Spsc, Mode::Mpmc] {
+    for &mode in &cfg.modes {
         match mode {
             Mode::Spsc => grid::<Single, Single>(cfg, mode, timer, &mut rows)?,
             Mode::Mpmc => grid::<Multi, Multi>(cfg, mode, timer, &mut rows)?,
+            Mode::Rts => grid::<Rts, Rts>(cfg, mode, timer, &mut rows)?,
+            Mode::Hts => grid::<Hts, Hts>(cfg, mode, timer, &mut rows)?,
         }
     }
     Ok(RingReport {
@@ -286,11 +320,16 @@ fn grid<P: SyncMode, C: SyncMode>(
             wall_ns_per_elem: None,
         })
     };
-    rows.push(one_core(Op::Single, 1)?);
-    for op in [Op::Burst, Op::Bulk] {
-        for &batch in &cfg.batches {
-            rows.push(one_core(op, batch)?);
+    if cfg.cores.contains(&1) {
+        rows.push(one_core(Op::Single, 1)?);
+        for op in [Op::Burst, Op::Bulk] {
+            for &batch in &cfg.batches {
+                rows.push(one_core(op, batch)?);
+            }
         }
+    }
+    if !cfg.cores.contains(&2) {
+        return Ok(());
     }
     for &batch in &cfg.batches {
         let (mut dpdk, mut wall) = (Vec::new(), Vec::new());
@@ -447,7 +486,9 @@ mod tests {
         }
         let r = measure(&RingConfig::quick(cpus)).unwrap();
         // Per mode: single + 3 burst + 3 bulk on one core + 3 bulk on two cores.
-        assert_eq!(r.ring.len(), 2 * 10);
+        assert_eq!(r.ring.len(), 4 * 10);
+        let modes: Vec<&str> = r.ring.iter().step_by(10).map(|r| r.mode.name()).collect();
+        assert_eq!(modes, ["spsc", "mpmc", "rts", "hts"]);
         for row in &r.ring {
             assert!(
                 row.ns_per_elem.is_finite() && row.ns_per_elem > 0.0,
@@ -465,12 +506,38 @@ mod tests {
     }
 
     #[test]
+    fn mode_and_core_selection() {
+        let cpus = CpuPair::default();
+        if cpus.check().is_err() {
+            return;
+        }
+        let mut cfg = RingConfig::quick(cpus);
+        cfg.modes = vec![Mode::Hts, Mode::Spsc];
+        cfg.cores = vec![2];
+        cfg.batches = vec![32];
+        let r = measure(&cfg).unwrap();
+        let got: Vec<(&str, u32, usize)> = r
+            .ring
+            .iter()
+            .map(|r| (r.mode.name(), r.cores, r.batch))
+            .collect();
+        assert_eq!(got, [("hts", 2, 32), ("spsc", 2, 32)]);
+        assert_eq!(r.to_json()["ring"][0]["mode"], "hts");
+    }
+
+    #[test]
     fn invalid_configs_are_rejected() {
         let mut cfg = RingConfig::quick(CpuPair::default());
         cfg.batches = vec![0];
         assert!(matches!(measure(&cfg), Err(PerfError::Usage(_))));
         let mut cfg = RingConfig::quick(CpuPair::default());
         cfg.reps = 0;
+        assert!(matches!(measure(&cfg), Err(PerfError::Usage(_))));
+        let mut cfg = RingConfig::quick(CpuPair::default());
+        cfg.cores = vec![3];
+        assert!(matches!(measure(&cfg), Err(PerfError::Usage(_))));
+        let mut cfg = RingConfig::quick(CpuPair::default());
+        cfg.modes.clear();
         assert!(matches!(measure(&cfg), Err(PerfError::Usage(_))));
     }
 }

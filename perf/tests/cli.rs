@@ -51,6 +51,16 @@ fn bad_arguments_exit_2_with_one_line() {
         &["mempool", "--seconds", "0"],
         "expected seconds in (0, 3600]",
     );
+    assert_usage_error(&["ring", "--mode", "lifo"], "invalid value 'lifo'");
+    assert_usage_error(&["ring", "--cores", "3"], "--cores");
+    assert_usage_error(
+        &["mempool", "--ring-sync", "single"],
+        "cannot be single; use multi, rts or hts",
+    );
+    assert_usage_error(
+        &["mempool", "--ring-sync", "mpmc"],
+        "use single, multi, rts or hts",
+    );
     assert_usage_error(&["lcore", "--idle-pollers", "0"], "--idle-pollers");
 }
 
@@ -109,10 +119,13 @@ fn json_outputs_have_the_documented_shape() {
     let ring = json_of(&["ring"]);
     assert_eq!(keys(&ring), ["ring"]);
     let rows = ring["ring"].as_array().expect("ring rows");
-    assert_eq!(rows.len(), 20);
+    assert_eq!(rows.len(), 40);
     for r in rows {
         assert_eq!(keys(r), ["batch", "cores", "mode", "ns_per_elem", "op"]);
-        assert!(matches!(r["mode"].as_str(), Some("spsc" | "mpmc")), "{r}");
+        assert!(
+            matches!(r["mode"].as_str(), Some("spsc" | "mpmc" | "rts" | "hts")),
+            "{r}"
+        );
         assert!(
             matches!(r["op"].as_str(), Some("single" | "bulk" | "burst")),
             "{r}"
@@ -126,6 +139,8 @@ fn json_outputs_have_the_documented_shape() {
         ("mpmc", "burst", 32, 1),
         ("spsc", "bulk", 32, 2),
         ("mpmc", "bulk", 8, 2),
+        ("rts", "bulk", 32, 2),
+        ("hts", "single", 1, 1),
     ] {
         assert!(
             rows.iter().any(|r| r["mode"] == mode
@@ -141,7 +156,11 @@ fn json_outputs_have_the_documented_shape() {
     let rows = pool["mempool"].as_array().expect("mempool rows");
     assert_eq!(rows.len(), 12);
     for r in rows {
-        assert_eq!(keys(r), ["bulk", "cache", "cores", "keep", "ops_per_sec"]);
+        assert_eq!(
+            keys(r),
+            ["bulk", "cache", "cores", "keep", "ops_per_sec", "ring"]
+        );
+        assert_eq!(r["ring"], "multi");
         positive(&r["ops_per_sec"], "ops_per_sec");
     }
     assert!(

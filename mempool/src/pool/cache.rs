@@ -5,7 +5,7 @@ use core::ptr;
 use core::slice;
 use std::sync::Arc;
 
-use crate::ring::{Consumer, Multi, Producer};
+use crate::ring::{AnyConsumer, AnyProducer};
 
 use super::config::check_cache_size;
 use super::error::{Empty, PoolError};
@@ -50,9 +50,9 @@ pub struct PoolCache {
     /// `max(flush_threshold(size), size + 1)` (the two differ only for `size <= 1`).
     flush_at: u32,
     /// Our clone of the ring's producer handle (flushes, bypassing puts).
-    prod: Producer<ObjId, Multi>,
+    prod: AnyProducer<ObjId>,
     /// Our clone of the ring's consumer handle (refills, bypassing gets).
-    cons: Consumer<ObjId, Multi>,
+    cons: AnyConsumer<ObjId>,
     /// This cache's counters, published to `stats` by [`PoolCache::publish_stats`].
     counters: CacheCounters,
     /// Operations since the last publication; publishing happens at [`PUBLISH_EVERY`].

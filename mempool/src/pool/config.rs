@@ -1,7 +1,7 @@
 //! [`PoolConfig`] and its validation into an object layout.
 
 use crate::memory::HugePolicy;
-use crate::ring::RingLayout;
+use crate::ring::{RingLayout, SyncType};
 
 use super::error::PoolError;
 use super::{CACHE_MAX_SIZE, flush_threshold, max_cache_size};
@@ -11,6 +11,10 @@ pub(crate) const DEFAULT_ALIGN: usize = 64;
 
 /// Largest object alignment: the base page, which every region start is aligned to.
 pub(crate) const MAX_ALIGN: usize = 4096;
+
+/// Largest pool with an RTS free ring, whose capacity is 4x the objects rounded up to a power
+/// of two (see `port::ring_capacity`) and must stay within [`RingLayout::MAX_CAPACITY`].
+const RTS_MAX_COUNT: u32 = (RingLayout::MAX_CAPACITY / 4) as u32;
 
 /// Default per-cache capacity, before clamping to what the pool size allows.
 const DEFAULT_CACHE_SIZE: u32 = 256;
@@ -47,6 +51,16 @@ pub struct PoolConfig {
     pub huge: HugePolicy,
     /// Back the objects with a memfd a peer process can map. Default: `false`.
     pub shareable: bool,
+    /// Synchronisation mode of both sides of the free ring: [`SyncType::Multi`] (DPDK's default
+    /// `ring_mp_mc` mempool ops), [`SyncType::Rts`] (`ring_mt_rts`) or [`SyncType::Hts`]
+    /// (`ring_mt_hts`); see [`SyncType`] for how they behave when a thread is preempted
+    /// mid-operation. Not [`SyncType::Single`]: every thread may get and put. Default: Multi.
+    ///
+    /// With RTS an object put back becomes visible to gets only once every put in flight has
+    /// finished, so a get may fail with [`Empty`](super::Empty) while other threads are
+    /// putting (as with DPDK's RTS rings); and the ring has four slots per object (see
+    /// `port::ring_capacity`), so an RTS pool holds at most 2^29 objects.
+    pub ring_sync: SyncType,
 }
 
 impl PoolConfig {
@@ -61,6 +75,7 @@ impl PoolConfig {
             align: DEFAULT_ALIGN,
             huge: HugePolicy::Auto,
             shareable: false,
+            ring_sync: SyncType::Multi,
         }
     }
 
@@ -89,6 +104,13 @@ impl PoolConfig {
     #[must_use]
     pub fn no_huge(self) -> Self {
         self.huge(HugePolicy::Never)
+    }
+
+    /// Sets the free ring's synchronisation mode (see [`PoolConfig::ring_sync`]).
+    #[must_use]
+    pub fn ring_sync(mut self, sync: SyncType) -> Self {
+        self.ring_sync = sync;
+        self
     }
 
     /// Sets whether a peer process can map the objects.
@@ -127,6 +149,17 @@ impl PoolConfig {
         }
         if !self.align.is_power_of_two() || self.align > MAX_ALIGN {
             return Err(invalid("align must be a power of two between 1 and 4096"));
+        }
+        if !self.ring_sync.is_shared() {
+            return Err(invalid(
+                "ring_sync is single, but every thread may get and put; use multi, rts or hts",
+            ));
+        }
+        if self.ring_sync == SyncType::Rts && self.count > RTS_MAX_COUNT {
+            return Err(invalid(
+                "count exceeds 2^29, the limit of an RTS free ring (it has 4 slots per object); \
+                 use fewer objects or ring_sync multi",
+            ));
         }
         check_cache_size(&self.name, self.cache_size, self.count)?;
         ObjLayout::new(self.obj_size, self.align, self.count).ok_or_else(|| {

@@ -1,8 +1,10 @@
 //! Fixed-size object pools with DPDK `rte_mempool` semantics.
 //!
 //! A [`Pool`] carves `count` objects of `obj_size` bytes out of one [`Region`] (hugepages when
-//! available) and keeps the free ones as [`ObjId`]s (object indices) in a lock-free MPMC
-//! [`ring`](crate::ring): DPDK's default `ring_mp_mc` mempool ops. Objects never move: object
+//! available) and keeps the free ones as [`ObjId`]s (object indices) in a lock-free
+//! [`ring`](crate::ring) shared by every thread: Multi on both sides by default (DPDK's
+//! default `ring_mp_mc` mempool ops), or RTS or HTS ([`PoolConfig::ring_sync`], DPDK's
+//! `ring_mt_rts` and `ring_mt_hts`) for threads that may be preempted while they get or put. Objects never move: object
 //! `i` lives at `base + i * stride` for the life of the pool, so [`Pool::addr`] and
 //! [`Pool::id_of`] convert between ids and addresses with arithmetic, and a fabric provider can
 //! register the pool's memory once ([`Pool::chunks`], [`Pool::region`]) and find the key of any

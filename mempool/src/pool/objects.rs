@@ -7,6 +7,7 @@ use std::sync::{Arc, PoisonError};
 use crossbeam_utils::CachePadded;
 
 use crate::memory::{Region, RegionConfig};
+use crate::ring::SyncType;
 
 use super::config::{ObjLayout, PoolConfig};
 use super::error::{Empty, PoolError};
@@ -86,10 +87,11 @@ impl Pool {
         })?;
         debug_assert!(region.len() >= layout.bytes);
         let tag = next_tag();
-        let ring = RingPort::new(cfg.count, tag).map_err(|source| PoolError::Ring {
-            name: cfg.name.clone(),
-            source,
-        })?;
+        let ring =
+            RingPort::new(cfg.count, tag, cfg.ring_sync).map_err(|source| PoolError::Ring {
+                name: cfg.name.clone(),
+                source,
+            })?;
         // SAFETY: `first < stride <= bytes <= region.len()`, so the offset is inside the region
         // (with `first == 0` outside `debug` builds).
         let objs = unsafe { region.as_ptr().add(layout.first) };
@@ -141,6 +143,11 @@ impl Pool {
     /// Capacity of the caches [`Pool::cache`] makes.
     pub fn cache_size(&self) -> u32 {
         self.cache_size
+    }
+
+    /// The synchronisation mode of the free ring's two sides ([`PoolConfig::ring_sync`]).
+    pub fn ring_sync(&self) -> SyncType {
+        self.ring.sync_type()
     }
 
     /// The region holding the objects, for fabric registration (`reg_region`) or sharing with

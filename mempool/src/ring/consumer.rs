@@ -4,14 +4,16 @@ use core::fmt;
 use core::marker::PhantomData;
 
 use super::headtail::Cursor;
-use super::mode::{Multi, Single, SyncMode};
+use super::index::lo;
+use super::mode::{Rts, SharedMode, Single, SyncMode};
 use super::storage::RawRing;
 use crate::sync::atomic::Ordering;
 
 /// The dequeue side of a ring.
 ///
-/// `C` is [`Single`] (exactly one consumer thread, not `Clone`) or [`Multi`] (`Clone`; one clone
-/// per consumer thread). Every operation takes `&mut self`.
+/// `C` is [`Single`] (exactly one consumer thread, not `Clone`) or one of the shared modes
+/// [`Multi`](super::Multi), [`Rts`] and [`Hts`](super::Hts) (`Clone`; one clone per consumer
+/// thread). Every operation takes `&mut self`.
 pub struct Consumer<T, C: SyncMode> {
     ring: RawRing<T>,
     cursor: Cursor,
@@ -33,8 +35,8 @@ impl<T, C: SyncMode> fmt::Debug for Consumer<T, C> {
     }
 }
 
-impl<T> Clone for Consumer<T, Multi> {
-    /// Another handle on the same Multi consumer side, for another thread.
+impl<T, C: SharedMode> Clone for Consumer<T, C> {
+    /// Another handle on the same shared consumer side, for another thread.
     fn clone(&self) -> Self {
         Self {
             ring: self.ring.clone(),
@@ -47,7 +49,7 @@ impl<T> Clone for Consumer<T, Multi> {
 impl<T: Copy + Send, C: SyncMode> Consumer<T, C> {
     /// Wraps a validated ring view; loads the Single-mode cursor from shared memory.
     pub(crate) fn new(ring: RawRing<T>) -> Self {
-        let cursor = Cursor::load(&ring.consumer_indices());
+        let cursor = Cursor::load(&ring.consumer_indices(), ring.capacity());
         Self {
             ring,
             cursor,
@@ -130,12 +132,12 @@ impl<T: Copy + Send, C: SyncMode> Consumer<T, C> {
             // Acquire: pairs with R2 of the consumer that stored it; that consumer had loaded a
             // producer tail at least this large (A1), so the producer tail we load next is too
             // (coherence), and the difference below cannot go negative.
-            ix.tail.load(Ordering::Acquire)
+            lo(ix.tail.load(Ordering::Acquire))
         } else {
             self.cursor.head
         };
         // A1: pairs with R1 of the producers.
-        let prod_tail = ix.opp_tail.load(Ordering::Acquire);
+        let prod_tail = ix.opp_pos();
         // The two loads are not one snapshot: producers may have lapped the older consumer tail
         // in between, hence the clamp (as in DPDK's `rte_ring_count`).
         prod_tail.wrapping_sub(cons_tail).min(self.ring.capacity()) as usize
@@ -164,5 +166,19 @@ impl<T: Copy + Send> Consumer<T, Single> {
         // SAFETY: counter `start` is published (A1) and stays unreleased while `self` is
         // mutably borrowed by the returned reference, since only this handle moves cons_tail.
         Some(unsafe { self.ring.slot_ref(start) })
+    }
+}
+
+impl<T> Consumer<T, Rts> {
+    /// How far this handle lets the consumer head run ahead of the consumer tail before its
+    /// claims wait (DPDK's `rte_ring_get_cons_htd_max`). Default: `capacity / 8`.
+    pub fn htd_max(&self) -> u32 {
+        self.cursor.htd_max
+    }
+
+    /// Sets this handle's head/tail distance limit (DPDK's `rte_ring_set_cons_htd_max`); see
+    /// [`Producer::set_htd_max`](super::Producer::set_htd_max).
+    pub fn set_htd_max(&mut self, max: u32) {
+        self.cursor.htd_max = max.min(self.ring.capacity());
     }
 }

@@ -2,20 +2,27 @@
 //! validation.
 //!
 //! ```text
-//! offset (x86_64)   contents                                   written by
+//! offset (x86_64)   contents                                        written by
 //! 0                 RingMeta: magic, version, element size/align,   init_in only
 //!                   capacity, mask, slot offset, side modes
-//! 128               prod_head   (CachePadded<AtomicU32>)       Multi producers (CAS)
-//! 256               prod_tail   (CachePadded<AtomicU32>)       producers
-//! 384               cons_head   (CachePadded<AtomicU32>)       Multi consumers (CAS)
-//! 512               cons_tail   (CachePadded<AtomicU32>)       consumers
-//! 640               slot[0] .. slot[capacity - 1]               producers / consumers
+//! 128               prod: head word, tail word (CachePadded)        producers
+//! 256               cons: head word, tail word (CachePadded)        consumers
+//! 384               slot[0] .. slot[capacity - 1]                   producers / consumers
 //! ```
 //!
 //! The region holds indices only, never pointers, so it may be mapped at different addresses in
-//! different processes. Every index has a 128-byte line pair of its own (crossbeam's
-//! `CachePadded`, sized for the adjacent-line prefetcher), so a consumer polling `prod_tail`
-//! does not steal the line that Multi producers CAS on, and vice versa.
+//! different processes. What the two 64-bit words of a side hold depends on the side's mode
+//! (`index.rs`); the low half of each tail word is always that side's published position.
+//!
+//! Each side's head and tail share one 128-byte line pair (crossbeam's `CachePadded`, sized for
+//! the adjacent-line prefetcher), as in DPDK's `rte_ring`, and the two sides do not share one:
+//!
+//! - A shared-mode operation touches its side's head and tail back to back (claim, copy,
+//!   publish); in one line that is one line transfer per operation under contention instead of
+//!   two. Version 1 of the layout gave each of the four counters a line pair of its own.
+//! - A Single side never writes its head word, so sharing the line costs it nothing.
+//! - A consumer polling `prod.tail` does not touch the consumer line, which the consumers write,
+//!   and vice versa.
 
 use core::alloc::Layout;
 use core::mem::{MaybeUninit, align_of, size_of};
@@ -24,9 +31,10 @@ use core::ptr;
 use crossbeam_utils::CachePadded;
 
 use super::error::RingError;
-use super::mode::{Side, SyncMode, mode_name};
+use super::index::initial_words;
+use super::mode::{Side, SyncType, mode_name};
 use crate::sync::UnsafeCell;
-use crate::sync::atomic::AtomicU32;
+use crate::sync::atomic::AtomicU64;
 
 /// Element types that may live in a ring shared between processes.
 ///
@@ -64,8 +72,12 @@ pub(crate) type Slot<T> = UnsafeCell<MaybeUninit<T>>;
 /// `b"dp-ring\0"` read as a little-endian `u64`.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"dp-ring\0");
 
-/// Layout version; bump on any change to [`RingMeta`] or [`RingHeader`].
-pub(crate) const VERSION: u32 = 1;
+/// Layout version; bump on any change to [`RingMeta`] or [`RingHeader`] or to what their
+/// fields mean.
+///
+/// 2: the two words of each side share a line pair and are 64 bits wide (RTS and HTS modes);
+/// version 1 had four `u32` counters on four line pairs.
+pub(crate) const VERSION: u32 = 2;
 
 /// Immutable description of the ring, written once by `init_in`.
 #[repr(C)]
@@ -85,10 +97,20 @@ pub(crate) struct RingMeta {
     pub(crate) mask: u32,
     /// Byte offset of slot 0 from the start of the header.
     pub(crate) slots_offset: u32,
-    /// [`SyncMode::ID`] of the producer side.
+    /// [`SyncType`] of the producer side, as stored (`SyncType::id`).
     pub(crate) prod_mode: u32,
-    /// [`SyncMode::ID`] of the consumer side.
+    /// [`SyncType`] of the consumer side, as stored.
     pub(crate) cons_mode: u32,
+}
+
+/// The shared words of one side (see `index.rs` for what they hold in each mode).
+#[repr(C)]
+#[derive(Debug)]
+pub(crate) struct HeadTail {
+    /// The head word: the next counter to claim (Multi, RTS with an op count).
+    pub(crate) head: AtomicU64,
+    /// The tail word: its low half is the side's published position.
+    pub(crate) tail: AtomicU64,
 }
 
 /// The shared ring header. See the [module docs](self) for the picture.
@@ -97,14 +119,11 @@ pub(crate) struct RingMeta {
 pub(crate) struct RingHeader {
     /// Written by `init_in` before any handle exists; read-only afterwards.
     pub(crate) meta: CachePadded<RingMeta>,
-    /// Next producer counter to claim (Multi producers only; Single producers keep it locally).
-    pub(crate) prod_head: CachePadded<AtomicU32>,
-    /// Every counter below this one holds a published element.
-    pub(crate) prod_tail: CachePadded<AtomicU32>,
-    /// Next consumer counter to claim (Multi consumers only).
-    pub(crate) cons_head: CachePadded<AtomicU32>,
-    /// Every counter below this one has been consumed; its slot may be overwritten.
-    pub(crate) cons_tail: CachePadded<AtomicU32>,
+    /// The producer side: below its tail position every counter holds a published element.
+    pub(crate) prod: CachePadded<HeadTail>,
+    /// The consumer side: below its tail position every counter has been consumed, and its
+    /// slot may be overwritten.
+    pub(crate) cons: CachePadded<HeadTail>,
 }
 
 // Layout checks. Under loom the atomics are model objects of another size, and the layout only
@@ -117,19 +136,20 @@ const _: () = {
     assert!(offset_of!(RingMeta, magic) == 0);
     assert!(offset_of!(RingMeta, capacity) == 20);
     assert!(offset_of!(RingMeta, cons_mode) == 36);
-    assert!(size_of::<AtomicU32>() == 4);
+    assert!(size_of::<AtomicU64>() == 8 && align_of::<AtomicU64>() == 8);
+    assert!(size_of::<HeadTail>() == 16);
+    assert!(offset_of!(HeadTail, head) == 0);
+    assert!(offset_of!(HeadTail, tail) == 8);
 
     // Every field starts on its own cache-line (pair) boundary and the fields do not overlap.
     let line = align_of::<CachePadded<u8>>();
     let pad = size_of::<CachePadded<RingMeta>>();
     assert!(pad.is_multiple_of(line) && pad >= size_of::<RingMeta>());
-    assert!(size_of::<CachePadded<AtomicU32>>() == line);
+    assert!(size_of::<CachePadded<HeadTail>>() == line);
     assert!(offset_of!(RingHeader, meta) == 0);
-    assert!(offset_of!(RingHeader, prod_head) == pad);
-    assert!(offset_of!(RingHeader, prod_tail) == pad + line);
-    assert!(offset_of!(RingHeader, cons_head) == pad + 2 * line);
-    assert!(offset_of!(RingHeader, cons_tail) == pad + 3 * line);
-    assert!(size_of::<RingHeader>() == pad + 4 * line);
+    assert!(offset_of!(RingHeader, prod) == pad);
+    assert!(offset_of!(RingHeader, cons) == pad + line);
+    assert!(size_of::<RingHeader>() == pad + 2 * line);
     assert!(align_of::<RingHeader>() == line);
 };
 
@@ -138,11 +158,9 @@ const _: () = {
 const _: () = {
     use core::mem::offset_of;
     assert!(align_of::<RingHeader>() == 128);
-    assert!(offset_of!(RingHeader, prod_head) == 128);
-    assert!(offset_of!(RingHeader, prod_tail) == 256);
-    assert!(offset_of!(RingHeader, cons_head) == 384);
-    assert!(offset_of!(RingHeader, cons_tail) == 512);
-    assert!(size_of::<RingHeader>() == 640);
+    assert!(offset_of!(RingHeader, prod) == 128);
+    assert!(offset_of!(RingHeader, cons) == 256);
+    assert!(size_of::<RingHeader>() == 384);
 };
 
 /// Size and alignment of a ring's memory region, for a given element type and capacity.
@@ -280,18 +298,21 @@ fn check_region<T>(mem: *mut u8, len: usize, needed: usize) -> Result<(), RingEr
     Ok(())
 }
 
-/// Writes a fresh header (all four counters at `start`) and prepares the slots.
+/// Writes a fresh header (every counter at `start`, in the words of each side's mode) and
+/// prepares the slots.
 ///
 /// # Safety
 ///
 /// `mem` must be valid for writes of `len` bytes, and nothing else may access the region during
 /// the call (other threads or processes may attach only after this returns and the caller has
 /// published that fact to them).
-pub(crate) unsafe fn format<T, P: SyncMode, C: SyncMode>(
+pub(crate) unsafe fn format<T>(
     mem: *mut u8,
     len: usize,
     capacity: usize,
     start: u32,
+    prod: SyncType,
+    cons: SyncType,
 ) -> Result<RingLayout, RingError> {
     let layout = RingLayout::new::<T>(capacity)?;
     check_region::<T>(mem, len, layout.bytes)?;
@@ -303,15 +324,19 @@ pub(crate) unsafe fn format<T, P: SyncMode, C: SyncMode>(
         capacity: layout.capacity,
         mask: layout.capacity - 1,
         slots_offset: layout.slots_offset as u32,
-        prod_mode: P::ID,
-        cons_mode: C::ID,
+        prod_mode: prod.id(),
+        cons_mode: cons.id(),
+    };
+    let side = |(head, tail): (u64, u64)| {
+        CachePadded::new(HeadTail {
+            head: AtomicU64::new(head),
+            tail: AtomicU64::new(tail),
+        })
     };
     let header = RingHeader {
         meta: CachePadded::new(meta),
-        prod_head: CachePadded::new(AtomicU32::new(start)),
-        prod_tail: CachePadded::new(AtomicU32::new(start)),
-        cons_head: CachePadded::new(AtomicU32::new(start)),
-        cons_tail: CachePadded::new(AtomicU32::new(start)),
+        prod: side(initial_words(prod, start)),
+        cons: side(initial_words(cons, start)),
     };
     // SAFETY: the region is valid for `layout.bytes` writes (checked length, caller contract),
     // aligned for the header (checked), and exclusively ours during formatting.

@@ -3,25 +3,33 @@
 //!
 //! # Model
 //!
-//! A ring is an array of `capacity` slots (a power of two) plus four free-running `u32` counters:
-//! a head and a tail per side. Counters only ever increase (wrapping at 2^32) and become slot
-//! indices by masking with `capacity - 1`, so a full ring holds exactly `capacity` elements and
-//! no slot is sacrificed to tell full from empty (DPDK's `RING_F_EXACT_SZ` behaviour).
+//! A ring is an array of `capacity` slots (a power of two) plus a head and a tail per side.
+//! Positions are free-running `u32` counters: they only ever increase (wrapping at 2^32) and
+//! become slot indices by masking with `capacity - 1`, so a full ring holds exactly `capacity`
+//! elements and no slot is sacrificed to tell full from empty (DPDK's `RING_F_EXACT_SZ`
+//! behaviour).
 //!
 //! ```text
 //!  cons_tail        cons_head           prod_tail         prod_head        cons_tail + capacity
 //!      | being dequeued |  ready to dequeue |  being enqueued |       free       |
 //! ```
 //!
-//! Each side is [`Single`] or [`Multi`] at the type level, giving DPDK's four combinations as
-//! [`Spsc`], [`Mpsc`], [`Spmc`] and [`Mpmc`]. Both sides share one protocol:
+//! Each side has a synchronisation mode, chosen per side as with DPDK's ring flags: at the type
+//! level ([`Single`], [`Multi`], [`Rts`], [`Hts`]; see [`SyncType`] for the comparison) or at
+//! run time ([`Ring::with_sync`], giving [`AnyProducer`]/[`AnyConsumer`]). DPDK's four classic
+//! combinations are [`Spsc`], [`Mpsc`], [`Spmc`] and [`Mpmc`]. Every mode follows one
+//! protocol:
 //!
 //! 1. **Claim** `n` counters by moving the side's head: compute the room left against the
 //!    opposite side's tail (`capacity + cons_tail - prod_head` free slots for the producer,
 //!    `prod_tail - cons_head` filled slots for the consumer).
 //! 2. **Copy** the elements in or out: an inline loop over the claimed slots, split in two
 //!    when the run wraps at the end of the slot array (no `memcpy` call, see `copy.rs`).
-//! 3. **Publish** by storing the new tail with Release, which hands the slots to the other side.
+//! 3. **Publish** by moving the side's tail with Release, which hands the slots to the other
+//!    side.
+//!
+//! The opposite side only ever reads a side's tail position, which sits at the same place in
+//! every mode, so the two sides of a ring may have any two modes.
 //!
 //! Operations come in DPDK's flavours: single element ([`Producer::enqueue`],
 //! [`Consumer::dequeue`]), *bulk* (all `n` or nothing: [`Producer::enqueue_bulk`],
@@ -45,39 +53,64 @@
 //! by the CAS, copies run in parallel, and publication happens in claim order, so the opposite
 //! side only ever sees a gap-free prefix.
 //!
+//! ## RTS and HTS
+//!
+//! DPDK's two other multi-thread modes, for threads that may be preempted:
+//!
+//! - [`Rts`] (relaxed tail sync): head and tail carry an operation count next to the position.
+//!   A finishing thread counts itself on the tail with a CAS, and the one that finds no other
+//!   claim unfinished moves the tail to the head. Nobody waits for a predecessor; a preempted
+//!   thread holds back publication, and the others keep claiming until the head is `htd_max`
+//!   (`capacity / 8` unless set with [`Producer::set_htd_max`]) ahead of the tail.
+//! - [`Hts`] (head/tail sync): head and tail share one 64-bit word and a thread claims only when
+//!   they are equal, so a side runs one operation at a time: two line-local atomic operations
+//!   per operation and no ordering among claimants to maintain. DPDK builds its peek and
+//!   zero-copy APIs on this mode; those are not provided here.
+//!
 //! ## Memory-ordering edges
 //!
 //! Labels follow DPDK's style and appear at every atomic access:
 //!
 //! | label | operation | pairs with | what it orders |
 //! |-------|-----------|------------|----------------|
-//! | R1 | producer stores `prod_tail`, Release | A1 | slot writes before the consumer's reads |
-//! | A1 | consumer loads `prod_tail`, Acquire | R1 | |
-//! | R2 | consumer stores `cons_tail`, Release | A2 | slot reads before the producer's next writes of those slots |
-//! | A2 | producer loads `cons_tail`, Acquire | R2 | |
-//! | R3 | Multi head CAS success, Release | A3 | a later head mover sees at least our view of the opposite tail |
-//! | A3 | Multi head load / CAS failure, Acquire | R3 | (so its room computation never underflows) |
+//! | R1 | producer publishes `prod.tail`, Release (store, or CAS in RTS) | A1 | slot writes before the consumer's reads |
+//! | A1 | consumer loads `prod.tail`, Acquire | R1 | |
+//! | R2 | consumer publishes `cons.tail`, Release | A2 | slot reads before the producer's next writes of those slots |
+//! | A2 | producer loads `cons.tail`, Acquire | R2 | |
+//! | R3 | Multi/RTS head CAS success, Release | A3 | a later head mover sees at least our view of the opposite tail |
+//! | A3 | Multi/RTS head load / CAS failure, Acquire | R3 | (so its room computation never underflows) |
 //! | A4 | Multi tail wait, Acquire | R1 / R2 of the same-side predecessor | predecessor's slot accesses before our tail store |
+//! | A5 | HTS word load / CAS failure, Acquire | R1 / R2 of the same-side predecessor | predecessor's operation before our claim |
+//! | A6 | RTS tail load / CAS failure, Acquire | R1 / R2 of earlier finishers | the head we read is at least as new as theirs |
 //!
 //! A4 is stronger than DPDK's relaxed tail wait: in the C11 model a plain store does not extend
 //! a release sequence, so without it a consumer that acquires our tail would not be formally
 //! ordered after the predecessor's slot writes (loom reports exactly that race when A4 is
-//! weakened). On x86 Acquire loads are plain loads, so it is free where it matters most. There
-//! is no `Relaxed` access in the rings, and weakening any edge above to `Relaxed` makes a loom
-//! model fail (see `tests/loom_ring.rs`).
+//! weakened). On x86 Acquire loads are plain loads, so it is free where it matters most. The
+//! three Relaxed accesses (the HTS claim CAS, the RTS finisher's head load and the RTS distance
+//! check) are justified where they occur (`hts.rs`, `rts.rs`), and weakening any labelled edge
+//! to `Relaxed` makes a loom model fail (see `tests/loom_ring.rs`).
 //!
-//! ## Multi mode is not preemption-safe
+//! ## Waiting, and preemption
 //!
-//! Between its head CAS and its tail store, a Multi thread blocks every later claimant on the
-//! same side: they cannot publish until it does (the tail wait). If it is preempted there, its
-//! peers wait for a whole scheduler time slice; with real-time priorities (`SCHED_FIFO`) on a
-//! shared core the waiter may never let the holder run again. DPDK documents the same limitation
-//! and offers RTS/HTS modes for overcommitted threads. Here the tail wait spins with
-//! [`core::hint::spin_loop`] for a bounded number of rounds (63 pause hints) and then calls
-//! [`std::thread::yield_now`] on every further retry, so overcommitted non-RT threads (for
-//! example four test threads on a two-core box) make progress at the cost of throughput. For
-//! preemptible or RT threads prefer one [`Single`] ring per producer/consumer pair; Single sides
+//! A Multi thread between its head CAS and its tail store blocks every later claimant on the
+//! same side: they cannot publish until it does (the tail wait). An HTS thread blocks every other
+//! thread of its side from claiming at all. If it is preempted there, its peers wait for a
+//! whole scheduler time slice; with real-time priorities (`SCHED_FIFO`) on a shared core the
+//! waiter may never let the holder run again. DPDK documents the same limitation. RTS removes
+//! the wait for a predecessor to *finish*; only the head/tail distance limit remains.
+//!
+//! Every such wait spins with [`core::hint::spin_loop`] for up to 50 us and then also calls
+//! [`std::thread::yield_now`] on every retry: a predecessor that is merely slow is waited out on
+//! the spot, and overcommitted non-RT threads (for example four test threads on a two-core box)
+//! still make progress. (Yielding after a few microseconds instead cost most of the throughput
+//! of two contending threads on a loaded host; see `SpinWait` in `src/sync.rs`.) For preemptible
+//! or RT threads prefer RTS, or one [`Single`] ring per producer/consumer pair: Single sides
 //! never wait for anyone.
+//!
+//! A process that shares a Multi, RTS or HTS side is trusted to make progress, as a lock holder
+//! is: one that stops mid-operation stalls the side's other users (never the opposite side's
+//! Single handle, and never memory safety).
 //!
 //! # Example
 //!
@@ -149,16 +182,22 @@
 //! The loom models live in `tests/loom_ring.rs`:
 //!
 //! ```text
-//! LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg loom" cargo test -p mempool --test loom_ring --release
+//! LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+//!     cargo test -p mempool --test loom_ring --release
 //! ```
 
+mod any;
 mod consumer;
 pub(crate) mod copy;
 mod error;
 mod headtail;
+mod hts;
+mod index;
 mod layout;
 mod mode;
+mod mt;
 mod producer;
+mod rts;
 mod storage;
 #[cfg(all(test, not(loom)))]
 mod tests;
@@ -167,10 +206,11 @@ use core::convert::Infallible;
 use core::marker::PhantomData;
 use std::sync::Arc;
 
+pub use any::{AnyConsumer, AnyProducer};
 pub use consumer::Consumer;
 pub use error::RingError;
 pub use layout::{RingLayout, ShmSafe};
-pub use mode::{Multi, Side, Single, SyncMode};
+pub use mode::{Hts, Multi, ParseSyncTypeError, Rts, SharedMode, Side, Single, SyncMode, SyncType};
 pub use producer::Producer;
 pub use storage::KeepAlive;
 
@@ -219,16 +259,44 @@ impl<T: Copy + Send> Ring<T> {
         capacity: usize,
         start: u32,
     ) -> Result<Handles<T, P, C>, RingError> {
-        let layout = RingLayout::new::<T>(capacity)?;
-        let region = HeapRegion::alloc(&layout).ok_or(RingError::AllocFailed {
-            bytes: layout.bytes(),
-        })?;
-        let (mem, len) = (region.as_ptr(), region.len());
-        // SAFETY: the allocation is `len` bytes, aligned for the layout, and not yet shared.
-        unsafe { layout::format::<T, P, C>(mem, len, capacity, start)? };
-        let keep_alive: KeepAlive = Arc::new(region);
-        // SAFETY: just formatted in this thread; `keep_alive` owns the allocation.
-        unsafe { attach_raw::<T, P, C>(mem, len, keep_alive) }
+        let ring = heap_ring::<T>(capacity, start, P::TYPE, C::TYPE)?;
+        Ok((Producer::new(ring.clone()), Consumer::new(ring)))
+    }
+
+    /// Allocates a ring of `capacity` slots on the heap with the side modes given as values
+    /// (DPDK's creation flags), and returns handles that dispatch on the mode at run time.
+    ///
+    /// Use this when the modes come from a configuration; when they are known at compile time
+    /// [`Ring::with_capacity`] gives typed handles with no dispatch.
+    ///
+    /// ```
+    /// use mempool::ring::{AnyConsumer, Ring, SyncType};
+    ///
+    /// let (mut tx, mut rx) = Ring::<u32>::with_sync(64, SyncType::Rts, SyncType::Hts)?;
+    /// let mut tx2 = tx.try_clone().expect("an RTS side can be shared");
+    /// assert_eq!(tx.enqueue_bulk(&[1, 2]), 2);
+    /// assert_eq!(tx2.enqueue(3), Ok(()));
+    /// assert_eq!(rx.sync_type(), SyncType::Hts);
+    /// assert!(matches!(rx, AnyConsumer::Hts(_)));
+    /// let mut out = [0; 3];
+    /// assert_eq!(rx.dequeue_bulk(&mut out), 3);
+    /// assert_eq!(out, [1, 2, 3]);
+    /// # Ok::<(), mempool::ring::RingError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As for [`Ring::with_capacity`].
+    pub fn with_sync(
+        capacity: usize,
+        prod: SyncType,
+        cons: SyncType,
+    ) -> Result<(AnyProducer<T>, AnyConsumer<T>), RingError> {
+        let ring = heap_ring::<T>(capacity, 0, prod, cons)?;
+        Ok((
+            AnyProducer::new(ring.clone(), prod),
+            AnyConsumer::new(ring, cons),
+        ))
     }
 
     /// [`Ring::with_capacity`] for a single-producer, single-consumer ring.
@@ -292,7 +360,7 @@ impl<T: ShmSafe> Ring<T> {
         capacity: usize,
     ) -> Result<RingLayout, RingError> {
         // SAFETY: forwarded caller contract.
-        unsafe { layout::format::<T, P, C>(mem, len, capacity, 0) }
+        unsafe { layout::format::<T>(mem, len, capacity, 0, P::TYPE, C::TYPE) }
     }
 
     /// Validates the ring in `mem` and returns a producer handle for it.
@@ -372,6 +440,26 @@ impl<T: ShmSafe> Ring<T> {
 /// The `(side, mode id, mode name)` triple `validate` checks for a handle of mode `M`.
 fn side<M: SyncMode>(side: Side) -> (Side, u32, &'static str) {
     (side, M::ID, M::NAME)
+}
+
+/// Allocates and formats a heap ring with all counters at `start`; returns a view of it that
+/// owns the allocation.
+fn heap_ring<T: Copy + Send>(
+    capacity: usize,
+    start: u32,
+    prod: SyncType,
+    cons: SyncType,
+) -> Result<RawRing<T>, RingError> {
+    let layout = RingLayout::new::<T>(capacity)?;
+    let region = HeapRegion::alloc(&layout).ok_or(RingError::AllocFailed {
+        bytes: layout.bytes(),
+    })?;
+    let mem = region.as_ptr();
+    // SAFETY: the allocation is `region.len()` bytes, aligned for the layout, and not yet
+    // shared.
+    let layout = unsafe { layout::format::<T>(mem, region.len(), capacity, start, prod, cons)? };
+    // SAFETY: just formatted in this thread; the view keeps the allocation alive.
+    Ok(unsafe { RawRing::new(mem, &layout, Arc::new(region)) })
 }
 
 /// Validates a formatted region and creates both handles; shared by the heap and the

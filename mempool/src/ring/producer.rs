@@ -4,16 +4,17 @@ use core::fmt;
 use core::marker::PhantomData;
 
 use super::headtail::Cursor;
-use super::mode::{Multi, SyncMode};
+use super::index::lo;
+use super::mode::{Rts, SharedMode, SyncMode};
 use super::storage::RawRing;
 use crate::sync::atomic::Ordering;
 
 /// The enqueue side of a ring.
 ///
-/// `P` is [`Single`](super::Single) (exactly one producer thread, not `Clone`) or
-/// [`Multi`](super::Multi) (`Clone`; one clone per producer thread). Every operation takes
-/// `&mut self`: a handle is used by one thread at a time, and sharing a side means cloning a
-/// `Multi` handle, not sharing a reference.
+/// `P` is [`Single`](super::Single) (exactly one producer thread, not `Clone`) or one of the
+/// shared modes [`Multi`](super::Multi), [`Rts`](super::Rts) and [`Hts`](super::Hts) (`Clone`;
+/// one clone per producer thread). Every operation takes `&mut self`: a handle is used by one
+/// thread at a time, and sharing a side means cloning a handle, not sharing a reference.
 pub struct Producer<T, P: SyncMode> {
     ring: RawRing<T>,
     cursor: Cursor,
@@ -35,8 +36,8 @@ impl<T, P: SyncMode> fmt::Debug for Producer<T, P> {
     }
 }
 
-impl<T> Clone for Producer<T, Multi> {
-    /// Another handle on the same Multi producer side, for another thread.
+impl<T, P: SharedMode> Clone for Producer<T, P> {
+    /// Another handle on the same shared producer side, for another thread.
     fn clone(&self) -> Self {
         Self {
             ring: self.ring.clone(),
@@ -49,7 +50,7 @@ impl<T> Clone for Producer<T, Multi> {
 impl<T: Copy + Send, P: SyncMode> Producer<T, P> {
     /// Wraps a validated ring view; loads the Single-mode cursor from shared memory.
     pub(crate) fn new(ring: RawRing<T>) -> Self {
-        let cursor = Cursor::load(&ring.producer_indices());
+        let cursor = Cursor::load(&ring.producer_indices(), ring.capacity());
         Self {
             ring,
             cursor,
@@ -135,15 +136,31 @@ impl<T: Copy + Send, P: SyncMode> Producer<T, P> {
         let cap = self.ring.capacity();
         // A2: pairs with R2 of the consumers; loaded before our tail (see `len` in consumer.rs
         // for why the order keeps the difference non-negative).
-        let cons_tail = ix.opp_tail.load(Ordering::Acquire);
+        let cons_tail = ix.opp_pos();
         let prod_tail = if P::MULTI {
             // Acquire: pairs with R1 of the producers, so the tail is not older than the
             // consumer tail we just read.
-            ix.tail.load(Ordering::Acquire)
+            lo(ix.tail.load(Ordering::Acquire))
         } else {
             self.cursor.head
         };
         let used = prod_tail.wrapping_sub(cons_tail).min(cap);
         (cap - used) as usize
+    }
+}
+
+impl<T> Producer<T, Rts> {
+    /// How far this handle lets the producer head run ahead of the producer tail before its
+    /// claims wait (DPDK's `rte_ring_get_prod_htd_max`). Default: `capacity / 8`.
+    pub fn htd_max(&self) -> u32 {
+        self.cursor.htd_max
+    }
+
+    /// Sets this handle's head/tail distance limit (DPDK's `rte_ring_set_prod_htd_max`, which
+    /// sets it for the whole side; here it is per handle and clones inherit it). 0 serialises
+    /// the side as HTS does; the capacity or more removes the limit. Values above the capacity
+    /// are stored as the capacity.
+    pub fn set_htd_max(&mut self, max: u32) {
+        self.cursor.htd_max = max.min(self.ring.capacity());
     }
 }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 #[cfg(not(loom))]
 use super::copy::copy_run;
-use super::headtail::Indices;
+use super::index::Indices;
 use super::layout::{RingHeader, RingLayout, Slot};
 
 /// Keeps the memory behind a ring alive for as long as any handle exists.
@@ -150,10 +150,11 @@ impl<T> RawRing<T> {
     pub(crate) fn producer_indices(&self) -> Indices<'_> {
         let h = self.header();
         Indices {
-            head: &h.prod_head,
-            tail: &h.prod_tail,
-            opp_tail: &h.cons_tail,
+            head: &h.prod.head,
+            tail: &h.prod.tail,
+            opp_tail: &h.cons.tail,
             base: self.capacity,
+            capacity: self.capacity,
         }
     }
 
@@ -162,10 +163,11 @@ impl<T> RawRing<T> {
     pub(crate) fn consumer_indices(&self) -> Indices<'_> {
         let h = self.header();
         Indices {
-            head: &h.cons_head,
-            tail: &h.cons_tail,
-            opp_tail: &h.prod_tail,
+            head: &h.cons.head,
+            tail: &h.cons.tail,
+            opp_tail: &h.prod.tail,
             base: 0,
+            capacity: self.capacity,
         }
     }
 

@@ -4,29 +4,21 @@ use std::sync::Arc;
 
 use super::*;
 
-/// Runs `f` once for each of the four mode combinations, with counters starting at `start`.
+/// Runs `$body` once for each of the sixteen mode combinations, with counters starting at
+/// `start` and `htd_max` of RTS handles left at its default.
 macro_rules! for_all_modes {
     ($cap:expr, $start:expr, |$p:ident, $c:ident| $body:block) => {{
-        {
+        for_all_modes!(@prod $cap, $start, |$p, $c| $body; Single Multi Rts Hts);
+    }};
+    (@prod $cap:expr, $start:expr, |$p:ident, $c:ident| $body:block; $($pm:ident)*) => {{
+        $( for_all_modes!(@cons $cap, $start, |$p, $c| $body; $pm; Single Multi Rts Hts); )*
+    }};
+    (@cons $cap:expr, $start:expr, |$p:ident, $c:ident| $body:block; $pm:ident; $($cm:ident)*) => {{
+        $({
             let (mut $p, mut $c) =
-                Ring::<u64>::with_capacity_and_start::<Single, Single>($cap, $start).unwrap();
+                Ring::<u64>::with_capacity_and_start::<$pm, $cm>($cap, $start).unwrap();
             $body
-        }
-        {
-            let (mut $p, mut $c) =
-                Ring::<u64>::with_capacity_and_start::<Multi, Single>($cap, $start).unwrap();
-            $body
-        }
-        {
-            let (mut $p, mut $c) =
-                Ring::<u64>::with_capacity_and_start::<Single, Multi>($cap, $start).unwrap();
-            $body
-        }
-        {
-            let (mut $p, mut $c) =
-                Ring::<u64>::with_capacity_and_start::<Multi, Multi>($cap, $start).unwrap();
-            $body
-        }
+        })*
     }};
 }
 
@@ -278,7 +270,7 @@ fn layout_numbers() {
     assert_eq!(l.alloc_layout().size(), l.bytes());
     #[cfg(target_arch = "x86_64")]
     {
-        assert_eq!(l.slots_offset(), 640);
+        assert_eq!(l.slots_offset(), 384);
         assert_eq!(l.align(), 128);
     }
     // Over-aligned elements move the slot array.
@@ -345,6 +337,77 @@ fn init_then_attach_round_trip() {
     drop(region);
     assert_eq!(p.enqueue(5), Ok(()));
     assert_eq!(c.dequeue(), Some(5));
+}
+
+#[test]
+fn rts_and_hts_sides_attach_by_their_mode() {
+    let bytes = RingLayout::bytes_for::<u64>(16).unwrap();
+    let region = Region::new(bytes);
+    let mem = region.ptr;
+    let keep = || -> KeepAlive { region.clone() };
+    // SAFETY: `mem` is valid for `bytes` bytes and only used through the handles below, in
+    // this thread.
+    unsafe {
+        Ring::<u64>::init_in::<Rts, Hts>(mem, bytes, 16).unwrap();
+        assert_eq!(
+            Ring::<u64>::attach_producer::<Multi>(mem, bytes, keep()).unwrap_err(),
+            RingError::ModeMismatch {
+                side: Side::Producer,
+                found: "rts",
+                expected: "multi"
+            }
+        );
+        assert_eq!(
+            Ring::<u64>::attach_consumer::<Rts>(mem, bytes, keep()).unwrap_err(),
+            RingError::ModeMismatch {
+                side: Side::Consumer,
+                found: "hts",
+                expected: "rts"
+            }
+        );
+        let (mut p, mut c) = Ring::<u64>::attach::<Rts, Hts>(mem, bytes, keep()).unwrap();
+        let mut p2 = Ring::<u64>::attach_producer::<Rts>(mem, bytes, keep()).unwrap();
+        assert_eq!(p.enqueue_bulk(&[1, 2, 3]), 3);
+        assert_eq!(p2.enqueue(4), Ok(()));
+        let mut out = [0; 4];
+        assert_eq!(c.dequeue_bulk(&mut out), 4);
+        assert_eq!(out, [1, 2, 3, 4]);
+    }
+}
+
+#[test]
+fn run_time_modes_dispatch_to_the_typed_paths() {
+    for prod in SyncType::ALL {
+        for cons in SyncType::ALL {
+            let (mut p, mut c) = Ring::<u32>::with_sync(4, prod, cons).unwrap();
+            assert_eq!((p.sync_type(), c.sync_type()), (prod, cons));
+            assert_eq!(p.try_clone().is_some(), prod.is_shared());
+            assert_eq!(c.try_clone().is_some(), cons.is_shared());
+            assert_eq!(p.enqueue_bulk(&[1, 2, 3]), 3);
+            assert_eq!(p.enqueue_burst(&[4, 5]), 1);
+            assert_eq!(p.enqueue(6), Err(6));
+            assert_eq!((p.free_count(), c.len(), p.capacity()), (0, 4, 4));
+            assert_eq!(c.dequeue(), Some(1));
+            let mut out = [0; 4];
+            assert_eq!(c.dequeue_bulk(&mut out), 0);
+            assert_eq!(c.dequeue_burst(&mut out), 3);
+            assert_eq!(out[..3], [2, 3, 4]);
+            assert!(c.is_empty());
+            let s = format!("{p:?} {c:?}");
+            assert!(s.contains(prod.name()) && s.contains(cons.name()), "{s}");
+        }
+    }
+}
+
+#[test]
+fn rts_distance_limit_is_per_handle_and_clamped() {
+    let (mut p, c) = Ring::<u8>::with_capacity::<Rts, Rts>(64).unwrap();
+    assert_eq!((p.htd_max(), c.htd_max()), (8, 8));
+    p.set_htd_max(1000);
+    assert_eq!(p.htd_max(), 64);
+    let p2 = p.clone();
+    p.set_htd_max(0);
+    assert_eq!((p.htd_max(), p2.htd_max()), (0, 64));
 }
 
 #[test]
