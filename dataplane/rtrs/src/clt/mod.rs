@@ -775,6 +775,14 @@ impl ClientSession {
                 self.events.push_back(ClientEvent::Completed { id: s, ctx: q.ctx, result });
                 continue;
             }
+            if self.state == SessState::Closed {
+                self.events.push_back(ClientEvent::Completed {
+                    id: s,
+                    ctx: q.ctx,
+                    result: Err(IoError::Aborted),
+                });
+                continue;
+            }
             let mut it = PathIter::new(self.policy);
             let mut err = IoError::Aborted;
             let mut moved = false;

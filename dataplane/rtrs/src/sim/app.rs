@@ -98,6 +98,9 @@ pub struct App {
     pub read_pct: u64,
     /// Stop issuing after this many IOs.
     pub limit: Option<u64>,
+    /// At most one new IO per this interval (zero: as fast as permits come back), so long
+    /// runs of virtual time stay cheap.
+    pub interval: Duration,
     /// IOs issued.
     pub issued: u64,
     /// IOs completed successfully.
@@ -116,6 +119,7 @@ pub struct App {
     pub last_completion: Option<Instant>,
     /// Completions seen after each instant of interest (tests set a mark and count).
     pub completions_since_mark: u64,
+    next_at: Instant,
     inflight: HashMap<u16, Rec>,
     expected: HashMap<u64, Option<u64>>,
     next_seq: u64,
@@ -130,6 +134,8 @@ impl App {
             io_size: 4096,
             read_pct: 50,
             limit: None,
+            interval: Duration::ZERO,
+            next_at: Instant::ZERO,
             issued: 0,
             ok: 0,
             failed: 0,
@@ -152,9 +158,19 @@ impl App {
         self.inflight.len()
     }
 
+    /// When the next IO may be issued, if one is wanted and a permit is free.
+    pub(crate) fn next_due(&self, client: &ClientSession) -> Option<Instant> {
+        let want = self.inflight.len() < self.target && self.limit.is_none_or(|l| self.issued < l);
+        let free = client.permits().is_some_and(|p| p.in_use() < u32::from(p.depth()));
+        (want && free).then_some(self.next_at)
+    }
+
     /// Issues IOs up to the target.
     pub(crate) fn submit(&mut self, now: Instant, client: &mut ClientSession, net: &mut Net) {
         while self.inflight.len() < self.target && self.limit.is_none_or(|l| self.issued < l) {
+            if now < self.next_at {
+                return;
+            }
             let Some(permits) = client.permits().cloned() else { return };
             let Some(permit) = permits.get(ConType::Io, self.rng.below(4) as u16, Wait::NoWait) else {
                 return;
@@ -186,6 +202,9 @@ impl App {
             match client.request(now, &permit, dir, &usr, Some(data), seq, &mut ClientSide(net)) {
                 Ok(()) => {
                     self.issued += 1;
+                    if !self.interval.is_zero() {
+                        self.next_at = now.saturating_add(self.interval);
+                    }
                     self.inflight.insert(
                         id,
                         Rec {
@@ -201,6 +220,8 @@ impl App {
                     self.submit_errors += 1;
                     self.errors.push((now, e));
                     permits.put(permit);
+                    // Try again after the interval (or a millisecond), not in a tight loop.
+                    self.next_at = now.saturating_add(self.interval.max(Duration::from_millis(1)));
                     return;
                 }
             }

@@ -15,6 +15,9 @@
 //! need retransmissions, and [`Sim::client_polling`] / [`Sim::server_polling`] make a side
 //! stop polling (a hung peer: no completions, no CM events, no timers).
 //!
+//! [`Recorder`] is the other harness: a driver with no network that records every call, for
+//! tests that play one side's peer by hand.
+//!
 //! Hostile peers: [`Sim::inject_client_recv`] and [`Sim::inject_server_recv`] complete a
 //! posted receive with anything a peer (or its NIC) could make appear there,
 //! [`Sim::server_chunk_write`] is a client scribbling into its chunks, and
@@ -30,9 +33,11 @@ use crate::work::{CmEvent, Conn, PathId, Wc};
 
 mod app;
 mod net;
+mod record;
 
-pub use app::{App, Handler, USR_LEN, check_pattern, fill_pattern, pattern};
+pub use app::{App, BASE_LEN, Handler, USR_LEN, check_pattern, fill_pattern, pattern};
 pub use net::{ClientSide, Link, Net, ServerSide, Side};
+pub use record::{Call, Posted, Recorder};
 
 use net::{CmKind, Ev};
 
@@ -181,6 +186,7 @@ impl Sim {
         };
         if self.client_polling {
             consider(self.client.poll_timeout());
+            consider(self.app.next_due(&self.client));
             if !self.client_q.is_empty() {
                 consider(Some(self.now));
             }

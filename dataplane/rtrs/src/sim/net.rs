@@ -505,6 +505,12 @@ impl Net {
     /// Moves one end to the error state: everything it holds completes flushed.
     fn flush_end(&mut self, qp: usize, side: Side) {
         let now = self.now;
+        self.flush_end_at(qp, side, now);
+    }
+
+    /// The same, with the flushes reported at `at` (when the error reaches that end).
+    fn flush_end_at(&mut self, qp: usize, side: Side, at: Instant) {
+        let now = at;
         let e = self.qps[qp].end(side);
         e.error = true;
         let Some(conn) = e.conn else { return };
@@ -629,7 +635,7 @@ impl Net {
                         },
                     );
                 }
-                self.flush_end(qp, side);
+                self.flush_end_at(qp, side, at);
             }
         }
     }

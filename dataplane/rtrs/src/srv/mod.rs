@@ -44,7 +44,7 @@ mod io;
 mod path;
 
 pub use io::{CmToken, OpId, Resp, ServerEvent, ServerIo, SessId, SrvLinkEv};
-pub use path::ServerState;
+pub use path::{ESTABLISH_TIMEOUT, ServerState};
 
 use path::{Outcome, ServerPath};
 
@@ -212,7 +212,6 @@ impl Server {
         private_data: &[u8],
         io: &mut impl ServerIo,
     ) {
-        let _ = now;
         let req = match ConnReq::new_checked(private_data).and_then(|p| ConnReqRepr::parse(&p)) {
             Ok(r) => r,
             Err(_) => {
@@ -277,7 +276,7 @@ impl Server {
         }
         let always = self.cfg.always_invalidate;
         let path = self.paths[p].as_mut().expect("just found or made");
-        if let Err(e) = path.add_conn(req.cid, always, io) {
+        if let Err(e) = path.add_conn(now, req.cid, always, io) {
             self.close_idx(p, e, io);
         }
     }

@@ -32,6 +32,12 @@ const K_RSP: u8 = 6;
 const K_CHUNK_INV: u8 = 7;
 
 const T_HB: usize = 0;
+const T_ESTABLISH: usize = 1;
+
+/// How long a CONNECTING path may go without progress (a new connection, the info request)
+/// before it is closed: Linux has no such limit, so a client that connects once and goes
+/// away pins a session's chunks on a Linux server for ever.
+pub const ESTABLISH_TIMEOUT: core::time::Duration = core::time::Duration::from_secs(30);
 
 /// `enum rtrs_srv_state`, with Linux's transitions: CONNECTING -> CONNECTED (info exchange),
 /// CONNECTING | CONNECTED -> CLOSING, CLOSING -> CLOSED.
@@ -103,7 +109,7 @@ pub(crate) struct ServerPath {
     ops: Vec<Op>,
     busy: u32,
     hb: Heartbeat,
-    timers: TimerTable<1>,
+    timers: TimerTable<2>,
     signal_interval: u32,
     pub(crate) established: bool,
     pub(crate) stats: ServerPathStats,
@@ -226,7 +232,14 @@ impl ServerPath {
 
     /// Records connection `cid` as accepted, with its send queue; on cid 0 posts the
     /// receive for the info request.
-    pub(crate) fn add_conn(&mut self, cid: u16, always_inv: bool, io: &mut impl ServerIo) -> Result<(), PathError> {
+    pub(crate) fn add_conn(
+        &mut self,
+        now: Instant,
+        cid: u16,
+        always_inv: bool,
+        io: &mut impl ServerIo,
+    ) -> Result<(), PathError> {
+        self.timers.set(T_ESTABLISH, now.saturating_add(ESTABLISH_TIMEOUT));
         let s = qp_sizes(cid, self.geom.queue_depth(), always_inv);
         let c = &mut self.conns[usize::from(cid)];
         c.present = true;
@@ -327,6 +340,7 @@ impl ServerPath {
         }
         self.name = Some(name);
         self.state = ServerState::Connected;
+        self.timers.stop(T_ESTABLISH);
         self.hb.reset();
         self.timers.set(T_HB, now.saturating_add(self.hb.interval()));
         let batch = match self.conns[0].sq.reserve(1, true) {
@@ -625,8 +639,11 @@ impl ServerPath {
     // Timers and teardown
     // ---------------------------------------------------------------------------------------
 
-    /// The heartbeat tick.
+    /// The heartbeat tick, and the establishment timeout.
     pub(crate) fn handle_timeout(&mut self, now: Instant, io: &mut impl ServerIo) -> Outcome {
+        if self.timers.take_due(T_ESTABLISH, now) && self.state == ServerState::Connecting {
+            return Outcome::Close(PathError::Timeout);
+        }
         if self.timers.take_due(T_HB, now) && self.state == ServerState::Connected {
             match self.hb.tick(now) {
                 HbTick::Dead => return Outcome::Close(PathError::Heartbeat),
