@@ -496,7 +496,7 @@ impl Net {
                     ev: CmKind::Disconnected,
                 },
             );
-            self.flush_end(qp, side.other());
+            self.flush_end_at(qp, side.other(), at);
         } else if was_connecting && side == Side::Client {
             // A connect in flight: the server will find its token dead.
         }

@@ -390,9 +390,9 @@ impl ServerPath {
         if op.st != OpState::Free {
             return self.violation(Violation::ChunkBusy);
         }
-        self.busy += 1;
         if self.per_chunk {
             op.st = OpState::Inval { off, cid };
+            self.busy += 1;
             let key = self.keys[usize::from(chunk)];
             let batch = match self.conns[usize::from(cid)].sq.reserve(1, true) {
                 Ok(b) => b.unwrap_or(1),
@@ -418,7 +418,23 @@ impl ServerPath {
     }
 
     /// `process_io_req`: the RTRS header at `off`, checked, then the request to the handler.
+    /// A violation frees the chunk's slot (it may hold the invalidation state).
     fn process_io(
+        &mut self,
+        chunk: u16,
+        off: u32,
+        cid: u16,
+        io: &mut impl ServerIo,
+        events: &mut VecDeque<ServerEvent>,
+    ) -> Outcome {
+        let out = self.process_io_inner(chunk, off, cid, io, events);
+        if out != Outcome::None {
+            self.release(chunk);
+        }
+        out
+    }
+
+    fn process_io_inner(
         &mut self,
         chunk: u16,
         off: u32,
@@ -454,6 +470,9 @@ impl ServerPath {
             Err(b) => return self.violation(Violation::Wire(b)),
         };
         let op = &mut self.ops[usize::from(chunk)];
+        if op.st == OpState::Free {
+            self.busy += 1;
+        }
         op.st = OpState::Handler { dir, cid, read };
         self.stats.rdma.add(dir == Dir::Read, u64::from(off));
         events.push_back(ServerEvent::Request {

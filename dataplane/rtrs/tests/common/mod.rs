@@ -207,8 +207,13 @@ pub struct ScriptedServer {
 impl ScriptedServer {
     /// A server of 8 chunks of 8 KiB.
     pub fn new(always_inv: bool) -> Self {
+        Self::with_qd(always_inv, 8)
+    }
+
+    /// A server of `qd` chunks of 8 KiB.
+    pub fn with_qd(always_inv: bool, qd: u16) -> Self {
         let cfg = dp_rtrs::srv::ServerConfig {
-            queue_depth: 8,
+            queue_depth: qd,
             chunk_size: 8192,
             always_invalidate: always_inv,
             ..dp_rtrs::srv::ServerConfig::default()
@@ -290,8 +295,19 @@ impl ScriptedServer {
         self.server.handle_completion(self.now, conn, &wc, &[], &mut self.io);
     }
 
+    /// Writes into chunk `chunk` of the session of `conn`'s path, as the client's RDMA
+    /// WRITE would.
+    pub fn write_chunk_of(&mut self, conn: Conn, chunk: u16, off: usize, bytes: &[u8]) {
+        let sess = self.server.path_session(conn.path).expect("a live path");
+        let cs = self.io.chunk_size as usize;
+        let mem = self.io.chunks.get_mut(&sess).expect("its chunks");
+        let at = usize::from(chunk) * cs + off;
+        mem[at..at + bytes.len()].copy_from_slice(bytes);
+    }
+
     /// Writes into chunk `chunk` of the only session, as the client's RDMA WRITE would.
     pub fn write_chunk(&mut self, chunk: u16, off: usize, bytes: &[u8]) {
+        assert_eq!(self.io.chunks.len(), 1, "one session: else use write_chunk_of");
         let cs = self.io.chunk_size as usize;
         let mem = self.io.chunks.values_mut().next().expect("a session");
         let at = usize::from(chunk) * cs + off;
