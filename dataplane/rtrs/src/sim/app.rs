@@ -119,6 +119,10 @@ pub struct App {
     pub last_completion: Option<Instant>,
     /// Completions seen after each instant of interest (tests set a mark and count).
     pub completions_since_mark: u64,
+    /// Record every completion in [`done`](App::done).
+    pub track: bool,
+    /// (time, sequence number) of every completion while `track` is on.
+    pub done: Vec<(Instant, u64)>,
     next_at: Instant,
     inflight: HashMap<u16, Rec>,
     expected: HashMap<u64, Option<u64>>,
@@ -145,6 +149,8 @@ impl App {
             latencies: Vec::new(),
             last_completion: None,
             completions_since_mark: 0,
+            track: false,
+            done: Vec::new(),
             inflight: HashMap::new(),
             expected: HashMap::new(),
             next_seq: 1,
@@ -156,6 +162,11 @@ impl App {
     /// IOs in flight.
     pub fn inflight(&self) -> usize {
         self.inflight.len()
+    }
+
+    /// The sequence number of the IO in flight through permit `id`.
+    pub fn seq_of(&self, id: u16) -> Option<u64> {
+        self.inflight.get(&id).map(|r| r.seq)
     }
 
     /// When the next IO may be issued, if one is wanted and a permit is free.
@@ -248,6 +259,9 @@ impl App {
         }
         self.last_completion = Some(now);
         self.completions_since_mark += 1;
+        if self.track {
+            self.done.push((now, rec.seq));
+        }
         self.latencies.push(now.nanos_since(rec.at));
         match result {
             Ok(()) => {
