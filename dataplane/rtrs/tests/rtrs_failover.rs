@@ -203,6 +203,9 @@ fn test_lossy_link_no_io_lost() {
     assert_eq!((s.app.failed, s.app.submit_errors, s.app.verify_errors), (0, 0, 0));
     let downs = client_events(&s, |e| matches!(e, ClientEvent::PathDown { path, .. } if *path == s.paths[0])).len();
     assert!(downs >= 1, "the retry count was exhausted at least once (on either side)");
+    s.net.links[0].loss = 0.0;
+    s.run_for(Duration::from_secs(2));
     assert_eq!(s.client.path_state(s.paths[0]), Some(ClientState::Connected), "and the path recovered");
+    assert_eq!((s.app.failed, s.app.submit_errors, s.app.verify_errors), (0, 0, 0));
     let _ = Instant::ZERO;
 }
