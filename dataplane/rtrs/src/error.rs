@@ -125,10 +125,9 @@ impl PathError {
             Self::DeviceRemoval => libc::ENODEV,
             Self::Violation(_) => libc::EPROTO,
             Self::Closed => libc::ECONNABORTED,
-            Self::Unreachable
-            | Self::Disconnected
-            | Self::Completion(_)
-            | Self::Post(_) => libc::ECONNRESET,
+            Self::Unreachable | Self::Disconnected | Self::Completion(_) | Self::Post(_) => {
+                libc::ECONNRESET
+            }
         }
     }
 }

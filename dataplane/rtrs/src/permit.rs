@@ -205,7 +205,7 @@ impl Permits {
                 return None;
             }
             spins += 1;
-            if cfg!(loom) || spins % SPINS_PER_YIELD == 0 {
+            if cfg!(loom) || spins.is_multiple_of(SPINS_PER_YIELD) {
                 yield_now();
             } else {
                 spin_loop();
@@ -243,7 +243,10 @@ mod tests {
         let mut ids: Vec<u16> = got.iter().map(Permit::id).collect();
         ids.sort_unstable();
         assert_eq!(ids, (0..70).collect::<Vec<_>>(), "every chunk exactly once");
-        assert!(p.get(ConType::Io, 3, Wait::NoWait).is_none(), "NOWAIT: none left");
+        assert!(
+            p.get(ConType::Io, 3, Wait::NoWait).is_none(),
+            "NOWAIT: none left"
+        );
         assert_eq!(p.in_use(), 70);
         let back = got.remove(17);
         let id = back.id();

@@ -160,7 +160,10 @@ impl ServerPathStats {
             writeln!(
                 f,
                 "{} {} {} {}",
-                self.rdma.read_cnt, self.rdma.read_bytes, self.rdma.write_cnt, self.rdma.write_bytes
+                self.rdma.read_cnt,
+                self.rdma.read_bytes,
+                self.rdma.write_cnt,
+                self.rdma.write_bytes
             )
         })
     }

@@ -14,7 +14,7 @@ pub(crate) use core::hint::spin_loop;
 #[cfg(loom)]
 pub(crate) use loom::hint::spin_loop;
 
-#[cfg(not(loom))]
-pub(crate) use std::thread::yield_now;
 #[cfg(loom)]
 pub(crate) use loom::thread::yield_now;
+#[cfg(not(loom))]
+pub(crate) use std::thread::yield_now;

@@ -204,7 +204,11 @@ mod tests {
         }
         assert_eq!(ticks[0], HbTick::Send);
         assert!(ticks[1..6].iter().all(|&x| x == HbTick::Wait));
-        assert_eq!(ticks[6], HbTick::Dead, "the 7th tick: 35 s after the last traffic");
+        assert_eq!(
+            ticks[6],
+            HbTick::Dead,
+            "the 7th tick: 35 s after the last traffic"
+        );
         assert_eq!(hb.detection_bound(), Duration::from_secs(35));
     }
 
@@ -225,7 +229,11 @@ mod tests {
         let rtt = hb.on_ack(Instant::from_micros(5_000_030)).unwrap();
         assert_eq!(rtt, Duration::from_micros(30));
         assert_eq!(hb.missed(), 0);
-        assert_eq!(hb.tick(t(10)), HbTick::Send, "acked: the next tick sends again");
+        assert_eq!(
+            hb.tick(t(10)),
+            HbTick::Send,
+            "acked: the next tick sends again"
+        );
     }
 
     #[test]

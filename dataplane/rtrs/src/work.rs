@@ -434,7 +434,10 @@ mod tests {
     #[test]
     fn test_wr_id_fields() {
         let w = WrId::new(0xBEEF, 7, 0x12_3456, 0xCAFE);
-        assert_eq!((w.epoch(), w.kind(), w.batch(), w.arg()), (0xBEEF, 7, 0x12_3456, 0xCAFE));
+        assert_eq!(
+            (w.epoch(), w.kind(), w.batch(), w.arg()),
+            (0xBEEF, 7, 0x12_3456, 0xCAFE)
+        );
     }
 
     #[test]
@@ -451,13 +454,18 @@ mod tests {
     #[test]
     fn test_send_queue_full_and_near_full_signals() {
         let mut q = SendQueue::new(5, 4);
-        assert_eq!(q.reserve(3, false).unwrap(), None);
-        // 4 more would not fit a whole interval: signal now so space comes back.
-        assert_eq!(q.reserve(1, false).unwrap(), Some(4));
+        // Less than an interval of room left: signal now, so room comes back.
+        assert_eq!(q.reserve(3, false).unwrap(), Some(3));
+        assert_eq!(q.reserve(1, false).unwrap(), Some(1));
         assert_eq!(q.reserve(1, false).unwrap(), Some(1));
         assert!(q.reserve(1, false).is_err(), "full");
-        q.complete(4);
+        q.complete(3);
+        assert_eq!(q.used(), 2);
         assert!(q.reserve(1, false).is_ok());
+        // A refused post gives its reservation back.
+        let b = q.reserve(2, false).unwrap();
+        q.unreserve(2, b);
+        assert_eq!(q.used(), 3);
     }
 
     #[test]

@@ -58,7 +58,11 @@ impl Fixture {
         let id = p.id();
         let slot = &self.slots[usize::from(id)];
         slot.with_mut(|s| write_cell(s, stamp));
-        assert_eq!(slot.with(|s| read_cell(s)), stamp, "two holders of permit {id}");
+        assert_eq!(
+            slot.with(|s| read_cell(s)),
+            stamp,
+            "two holders of permit {id}"
+        );
         self.permits.put(p);
         Some(id)
     }

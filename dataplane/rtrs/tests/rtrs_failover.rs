@@ -51,7 +51,11 @@ fn failover(kill: Kill, seed: u64, policy: MpPolicy, always_inv: bool) {
         .filter(|&i| s.client.request_path(i) == Some(p0))
         .filter_map(|i| s.app.seq_of(i))
         .collect();
-    assert!(on_p0.len() >= 10, "IO in flight on the path we kill: {}", on_p0.len());
+    assert!(
+        on_p0.len() >= 10,
+        "IO in flight on the path we kill: {}",
+        on_p0.len()
+    );
     let t0 = s.now;
     match kill {
         Kill::CmDisconnect => s.net.cm_disconnect(0),
@@ -61,7 +65,10 @@ fn failover(kill: Kill, seed: u64, policy: MpPolicy, always_inv: bool) {
     // Keep the load on, paced, so seconds of virtual time stay cheap.
     s.app.interval = Duration::from_micros(200);
     // Detection.
-    assert!(s.run_until_cond(Duration::from_secs(40), |s| s.client.path_state(p0) != Some(ClientState::Connected)));
+    assert!(
+        s.run_until_cond(Duration::from_secs(40), |s| s.client.path_state(p0)
+            != Some(ClientState::Connected))
+    );
     let detect = s.now.nanos_since(t0);
     // The requests that were on the dead path finish on the live one.
     let done = s.run_until_cond(Duration::from_secs(1), |s| {
@@ -80,7 +87,9 @@ fn failover(kill: Kill, seed: u64, policy: MpPolicy, always_inv: bool) {
     }
     // The reconnect takes 1 s of delay and 1 s of backoff: pace the load meanwhile.
     s.app.interval = Duration::from_micros(500);
-    let back = s.run_until_cond(Duration::from_secs(10), |s| s.client.path_state(p0) == Some(ClientState::Connected));
+    let back = s.run_until_cond(Duration::from_secs(10), |s| {
+        s.client.path_state(p0) == Some(ClientState::Connected)
+    });
     assert!(back, "the path came back: {:?}", s.client.path_error(p0));
     let back_at = s.now.nanos_since(t0);
     let before = ios_on(&s, 0);
@@ -100,13 +109,22 @@ fn failover(kill: Kill, seed: u64, policy: MpPolicy, always_inv: bool) {
         us(drained),
         back_at as f64 / 1e9,
     );
-    assert_eq!(s.app.failed, 0, "{:?}", &s.app.errors[..s.app.errors.len().min(5)]);
+    assert_eq!(
+        s.app.failed,
+        0,
+        "{:?}",
+        &s.app.errors[..s.app.errors.len().min(5)]
+    );
     assert_eq!(s.app.submit_errors, 0);
     assert_eq!(s.app.verify_errors, 0);
     assert_eq!(s.handler.bad_requests, 0);
     assert!(failovered >= 1, "requests moved to the live path");
     assert!(after > 100, "the reconnected path takes traffic again");
-    assert_eq!(client_events(&s, |e| matches!(e, ClientEvent::Link(_))).len(), 0, "a path lived throughout");
+    assert_eq!(
+        client_events(&s, |e| matches!(e, ClientEvent::Link(_))).len(),
+        0,
+        "a path lived throughout"
+    );
 }
 
 #[test]
@@ -169,9 +187,13 @@ fn test_failover_repeated_kills_no_io_lost() {
         s.client.path_stats(s.paths[1]).unwrap().failover_cnt
     );
     assert!(kills >= 4);
-    let moved = s.client.path_stats(s.paths[0]).unwrap().failover_cnt + s.client.path_stats(s.paths[1]).unwrap().failover_cnt;
+    let moved = s.client.path_stats(s.paths[0]).unwrap().failover_cnt
+        + s.client.path_stats(s.paths[1]).unwrap().failover_cnt;
     assert!(moved >= kills, "every kill caught IO in flight");
-    assert_eq!((s.app.failed, s.app.submit_errors, s.app.verify_errors), (0, 0, 0));
+    assert_eq!(
+        (s.app.failed, s.app.submit_errors, s.app.verify_errors),
+        (0, 0, 0)
+    );
     for p in s.paths.clone() {
         assert_eq!(s.client.path_state(p), Some(ClientState::Connected));
     }
@@ -200,12 +222,29 @@ fn test_lossy_link_no_io_lost() {
         st0.wc_errors,
         (st0.reconnects_ok, st0.reconnects_fail)
     );
-    assert_eq!((s.app.failed, s.app.submit_errors, s.app.verify_errors), (0, 0, 0));
-    let downs = client_events(&s, |e| matches!(e, ClientEvent::PathDown { path, .. } if *path == s.paths[0])).len();
-    assert!(downs >= 1, "the retry count was exhausted at least once (on either side)");
+    assert_eq!(
+        (s.app.failed, s.app.submit_errors, s.app.verify_errors),
+        (0, 0, 0)
+    );
+    let downs = client_events(
+        &s,
+        |e| matches!(e, ClientEvent::PathDown { path, .. } if *path == s.paths[0]),
+    )
+    .len();
+    assert!(
+        downs >= 1,
+        "the retry count was exhausted at least once (on either side)"
+    );
     s.net.links[0].loss = 0.0;
     s.run_for(Duration::from_secs(2));
-    assert_eq!(s.client.path_state(s.paths[0]), Some(ClientState::Connected), "and the path recovered");
-    assert_eq!((s.app.failed, s.app.submit_errors, s.app.verify_errors), (0, 0, 0));
+    assert_eq!(
+        s.client.path_state(s.paths[0]),
+        Some(ClientState::Connected),
+        "and the path recovered"
+    );
+    assert_eq!(
+        (s.app.failed, s.app.submit_errors, s.app.verify_errors),
+        (0, 0, 0)
+    );
     let _ = Instant::ZERO;
 }

@@ -34,16 +34,25 @@ fn hostile_server(seed: u64, new_rkey: bool, want: Violation, evil: impl FnOnce(
     let st = *s.client.path_stats(p).unwrap();
     assert_eq!(st.protocol_errors, 1, "counted once");
     assert_eq!(st.last_violation, Some(want));
-    let down = client_events(&s, |e| matches!(e, ClientEvent::PathDown { path, .. } if *path == p));
+    let down = client_events(
+        &s,
+        |e| matches!(e, ClientEvent::PathDown { path, .. } if *path == p),
+    );
     assert_eq!(down.len(), 1);
-    assert!(matches!(down[0].1, ClientEvent::PathDown { error: PathError::Violation(v), .. } if v == want));
+    assert!(
+        matches!(down[0].1, ClientEvent::PathDown { error: PathError::Violation(v), .. } if v == want)
+    );
     assert_eq!(
         s.client.path_state(s.paths[1]),
         Some(ClientState::Connected),
         "the other path is untouched"
     );
     s.run_for(Duration::from_secs(3));
-    assert_eq!(s.client.path_state(p), Some(ClientState::Connected), "reconnected");
+    assert_eq!(
+        s.client.path_state(p),
+        Some(ClientState::Connected),
+        "reconnected"
+    );
     assert_eq!(s.app.failed, 0, "{:?}", s.app.errors);
     assert_eq!(s.app.verify_errors, 0);
     assert_eq!(s.handler.bad_requests, 0);
@@ -63,14 +72,40 @@ fn rdma_imm(imm: u32) -> Wc {
 #[test]
 fn test_hostile_rsp_chunk_out_of_range() {
     hostile_server(50, false, Violation::RspOutOfRange, |s, c| {
-        assert!(s.inject_client_recv(c, rdma_imm(IoRsp { msg_id: 64, errno: 0 }.imm(false).0), &[]));
+        assert!(
+            s.inject_client_recv(
+                c,
+                rdma_imm(
+                    IoRsp {
+                        msg_id: 64,
+                        errno: 0
+                    }
+                    .imm(false)
+                    .0
+                ),
+                &[]
+            )
+        );
     });
 }
 
 #[test]
 fn test_hostile_rsp_chunk_id_19_bits() {
     hostile_server(51, false, Violation::RspOutOfRange, |s, c| {
-        assert!(s.inject_client_recv(c, rdma_imm(IoRsp { msg_id: 0x7FFFF, errno: -5 }.imm(false).0), &[]));
+        assert!(
+            s.inject_client_recv(
+                c,
+                rdma_imm(
+                    IoRsp {
+                        msg_id: 0x7FFFF,
+                        errno: -5
+                    }
+                    .imm(false)
+                    .0
+                ),
+                &[]
+            )
+        );
     });
 }
 
@@ -78,8 +113,23 @@ fn test_hostile_rsp_chunk_id_19_bits() {
 fn test_hostile_rsp_for_idle_chunk() {
     hostile_server(52, false, Violation::RspIdle, |s, c| {
         // Find a chunk with nothing in flight.
-        let idle = (0..64u16).find(|&i| s.client.request_path(i).is_none()).unwrap();
-        assert!(s.inject_client_recv(c, rdma_imm(IoRsp { msg_id: u32::from(idle), errno: 0 }.imm(false).0), &[]));
+        let idle = (0..64u16)
+            .find(|&i| s.client.request_path(i).is_none())
+            .unwrap();
+        assert!(
+            s.inject_client_recv(
+                c,
+                rdma_imm(
+                    IoRsp {
+                        msg_id: u32::from(idle),
+                        errno: 0
+                    }
+                    .imm(false)
+                    .0
+                ),
+                &[]
+            )
+        );
     });
 }
 
@@ -103,7 +153,20 @@ fn test_hostile_w_inv_without_send_with_inv() {
         let busy = (0..64u16)
             .find(|&i| s.client.request_path(i) == Some(s.paths[0]))
             .expect("IO in flight on path 0");
-        assert!(s.inject_client_recv(c, rdma_imm(IoRsp { msg_id: u32::from(busy), errno: 0 }.imm(true).0), &[]));
+        assert!(
+            s.inject_client_recv(
+                c,
+                rdma_imm(
+                    IoRsp {
+                        msg_id: u32::from(busy),
+                        errno: 0
+                    }
+                    .imm(true)
+                    .0
+                ),
+                &[]
+            )
+        );
     });
 }
 
@@ -122,7 +185,10 @@ fn test_hostile_send_without_imm() {
 #[test]
 fn test_hostile_rdma_imm_without_imm() {
     hostile_server(57, false, Violation::ImmType(0xFF), |s, c| {
-        let wc = Wc { imm: None, ..rdma_imm(0) };
+        let wc = Wc {
+            imm: None,
+            ..rdma_imm(0)
+        };
         assert!(s.inject_client_recv(c, wc, &[]));
     });
 }
@@ -134,11 +200,22 @@ fn test_hostile_rkey_rsp_wrong_buf_id() {
             .find(|&i| s.client.request_path(i) == Some(s.paths[0]))
             .expect("IO in flight on path 0");
         let other = (busy + 1) % 64;
-        let msg = RkeyRspRepr { buf_id: other, rkey: 0x1234 }.to_bytes();
+        let msg = RkeyRspRepr {
+            buf_id: other,
+            rkey: 0x1234,
+        }
+        .to_bytes();
         let wc = Wc {
             opcode: WcOpcode::Recv,
             byte_len: 8,
-            imm: Some(IoRsp { msg_id: u32::from(busy), errno: 0 }.imm(false).0),
+            imm: Some(
+                IoRsp {
+                    msg_id: u32::from(busy),
+                    errno: 0,
+                }
+                .imm(false)
+                .0,
+            ),
             ..rdma_imm(0)
         };
         assert!(s.inject_client_recv(c, wc, &msg));
@@ -148,11 +225,22 @@ fn test_hostile_rkey_rsp_wrong_buf_id() {
 #[test]
 fn test_hostile_rkey_rsp_buf_id_out_of_range() {
     hostile_server(59, true, Violation::Wire(Bad::BufId), |s, c| {
-        let msg = RkeyRspRepr { buf_id: 64, rkey: 1 }.to_bytes();
+        let msg = RkeyRspRepr {
+            buf_id: 64,
+            rkey: 1,
+        }
+        .to_bytes();
         let wc = Wc {
             opcode: WcOpcode::Recv,
             byte_len: 8,
-            imm: Some(IoRsp { msg_id: 64, errno: 0 }.imm(false).0),
+            imm: Some(
+                IoRsp {
+                    msg_id: 64,
+                    errno: 0,
+                }
+                .imm(false)
+                .0,
+            ),
             ..rdma_imm(0)
         };
         assert!(s.inject_client_recv(c, wc, &msg));
@@ -165,7 +253,14 @@ fn test_hostile_rkey_rsp_truncated() {
         let wc = Wc {
             opcode: WcOpcode::Recv,
             byte_len: 4,
-            imm: Some(IoRsp { msg_id: 0, errno: 0 }.imm(false).0),
+            imm: Some(
+                IoRsp {
+                    msg_id: 0,
+                    errno: 0,
+                }
+                .imm(false)
+                .0,
+            ),
             ..rdma_imm(0)
         };
         assert!(s.inject_client_recv(c, wc, &[4, 0, 0, 0]));
@@ -180,7 +275,14 @@ fn test_hostile_rkey_rsp_wrong_type() {
         let wc = Wc {
             opcode: WcOpcode::Recv,
             byte_len: 8,
-            imm: Some(IoRsp { msg_id: 0, errno: 0 }.imm(false).0),
+            imm: Some(
+                IoRsp {
+                    msg_id: 0,
+                    errno: 0,
+                }
+                .imm(false)
+                .0,
+            ),
             ..rdma_imm(0)
         };
         assert!(s.inject_client_recv(c, wc, &msg));
@@ -204,9 +306,15 @@ fn test_hostile_error_completion_resets_path_only() {
     s.run_for(Duration::from_secs(3));
     let st = s.client.path_stats(s.paths[0]).unwrap();
     assert_eq!(st.wc_errors, 1);
-    assert_eq!(st.protocol_errors, 0, "an error status is not a protocol violation");
+    assert_eq!(
+        st.protocol_errors, 0,
+        "an error status is not a protocol violation"
+    );
     assert_eq!(s.app.failed, 0);
-    assert_eq!(s.client.path_state(s.paths[0]), Some(ClientState::Connected));
+    assert_eq!(
+        s.client.path_state(s.paths[0]),
+        Some(ClientState::Connected)
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -216,16 +324,28 @@ fn test_hostile_error_completion_resets_path_only() {
 /// A server with an honest session (two connections) and a hostile one; `evil` acts on the
 /// hostile path's IO connection; checks the hostile path was closed for `want` and the
 /// honest one still serves.
-fn hostile_client(want: Violation, qd: u16, evil: impl FnOnce(&mut ScriptedServer, Conn, Geometry)) {
+fn hostile_client(
+    want: Violation,
+    qd: u16,
+    evil: impl FnOnce(&mut ScriptedServer, Conn, Geometry),
+) {
     hostile_client_after(want, qd, 0, evil);
 }
 
 /// As [`hostile_client`], when `legit` valid requests precede the violation.
-fn hostile_client_after(want: Violation, qd: u16, legit: usize, evil: impl FnOnce(&mut ScriptedServer, Conn, Geometry)) {
+fn hostile_client_after(
+    want: Violation,
+    qd: u16,
+    legit: usize,
+    evil: impl FnOnce(&mut ScriptedServer, Conn, Geometry),
+) {
     let mut ss = ScriptedServer::with_qd(false, qd);
     let good = ss.path(1, 1, 2, b"good", 1);
     let bad = ss.path(2, 2, 2, b"evil", 2);
-    assert_eq!(ss.server.path_state(bad[0].path), Some(ServerState::Connected));
+    assert_eq!(
+        ss.server.path_state(bad[0].path),
+        Some(ServerState::Connected)
+    );
     let g = Geometry::new(qd, 8192).unwrap();
     ss.events();
     evil(&mut ss, bad[1], g);
@@ -239,10 +359,18 @@ fn hostile_client_after(want: Violation, qd: u16, legit: usize, evil: impl FnOnc
         assert_eq!(st.last_violation, Some(want));
     }
     assert_eq!(ss.server.stats().violation_closes, 1);
-    assert!(ss.io.calls.iter().any(|c| matches!(c, dp_rtrs::sim::Call::ClosePath(p) if *p == bad[0].path)));
+    assert!(
+        ss.io
+            .calls
+            .iter()
+            .any(|c| matches!(c, dp_rtrs::sim::Call::ClosePath(p) if *p == bad[0].path))
+    );
     let closed: Vec<_> = ss.events();
     assert_eq!(
-        closed.iter().filter(|e| matches!(e, ServerEvent::Request { .. })).count(),
+        closed
+            .iter()
+            .filter(|e| matches!(e, ServerEvent::Request { .. }))
+            .count(),
         legit,
         "only valid requests reached the handler: {closed:?}"
     );
@@ -251,8 +379,15 @@ fn hostile_client_after(want: Violation, qd: u16, legit: usize, evil: impl FnOnc
     RdmaWriteRepr { usr_len: 0 }.emit(&mut hdr);
     ss.write_chunk_of(good[1], 0, 100, &hdr);
     ss.imm(good[1], Imm::io_req(g.encode(0, 100).unwrap()).0);
-    assert!(ss.events().iter().any(|e| matches!(e, ServerEvent::Request { .. })));
-    assert_eq!(ss.server.path_state(good[0].path), Some(ServerState::Connected));
+    assert!(
+        ss.events()
+            .iter()
+            .any(|e| matches!(e, ServerEvent::Request { .. }))
+    );
+    assert_eq!(
+        ss.server.path_state(good[0].path),
+        Some(ServerState::Connected)
+    );
 }
 
 fn write_hdr(usr_len: u16) -> [u8; 4] {
@@ -291,7 +426,11 @@ fn test_hostile_read_header_cut_by_chunk_end() {
         RdmaReadRepr {
             usr_len: 0,
             need_inval: false,
-            desc: Some(SgDesc { addr: 1, key: 1, len: 16 }),
+            desc: Some(SgDesc {
+                addr: 1,
+                key: 1,
+                len: 16,
+            }),
         }
         .emit(&mut h);
         ss.write_chunk_of(c, 1, 8192 - 12, &h[..12]);
@@ -330,7 +469,11 @@ fn test_hostile_read_longer_than_chunk() {
         RdmaReadRepr {
             usr_len: 0,
             need_inval: true,
-            desc: Some(SgDesc { addr: 1, key: 1, len: 8193 }),
+            desc: Some(SgDesc {
+                addr: 1,
+                key: 1,
+                len: 8193,
+            }),
         }
         .emit(&mut h);
         ss.write_chunk_of(c, 3, 0, &h);
@@ -358,7 +501,15 @@ fn test_hostile_send_after_info() {
 #[test]
 fn test_hostile_rsp_imm_to_server() {
     hostile_client(Violation::ImmType(1), 8, |ss, c, _| {
-        ss.imm(c, IoRsp { msg_id: 0, errno: 0 }.imm(false).0);
+        ss.imm(
+            c,
+            IoRsp {
+                msg_id: 0,
+                errno: 0,
+            }
+            .imm(false)
+            .0,
+        );
     });
 }
 
@@ -406,8 +557,17 @@ fn test_hostile_chunk_scribble_costs_only_that_path() {
     s.server_polling = true;
     s.app.interval = Duration::from_millis(1);
     s.run_for(Duration::from_secs(4));
-    assert_eq!(s.server.stats().violation_closes, 1, "the garbage was noticed, on path 0");
-    assert_eq!(s.app.failed, 0, "{:?}", &s.app.errors[..s.app.errors.len().min(5)]);
+    assert_eq!(
+        s.server.stats().violation_closes,
+        1,
+        "the garbage was noticed, on path 0"
+    );
+    assert_eq!(
+        s.app.failed,
+        0,
+        "{:?}",
+        &s.app.errors[..s.app.errors.len().min(5)]
+    );
     assert_eq!(s.app.verify_errors, 0);
     for p in s.paths.clone() {
         assert_eq!(s.client.path_state(p), Some(ClientState::Connected));

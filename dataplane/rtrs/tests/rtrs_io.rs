@@ -13,8 +13,19 @@ use dp_rtrs::error::IoError;
 use dp_rtrs::permit::{ConType, Wait};
 use dp_rtrs::sim::{Call, ClientSide, Net, USR_LEN, check_pattern};
 use dp_rtrs::srv::{Resp, ServerEvent};
-use dp_rtrs::wire::{Geometry, Imm, ImmType, IoRsp, RdmaRead, RdmaReadRepr, RdmaWriteRepr, RkeyRspRepr};
+use dp_rtrs::wire::{
+    Geometry, Imm, ImmType, IoRsp, RdmaRead, RdmaReadRepr, RdmaWriteRepr, RkeyRspRepr,
+};
 use dp_rtrs::work::{Dir, RecvBuf};
+
+fn rq(dir: Dir, usr: &[u8], data: Option<DataRef>, ctx: u64) -> dp_rtrs::clt::Request<'_> {
+    dp_rtrs::clt::Request {
+        dir,
+        usr,
+        data,
+        ctx,
+    }
+}
 
 #[test]
 fn test_write_places_data_message_and_header_in_chunk() {
@@ -33,12 +44,23 @@ fn test_write_places_data_message_and_header_in_chunk() {
         len: 3000,
     };
     s.client
-        .request(s.now, &p, Dir::Write, &usr, Some(data), 77, &mut ClientSide(&mut s.net))
+        .request(
+            s.now,
+            &p,
+            rq(Dir::Write, &usr, Some(data), 77),
+            &mut ClientSide(&mut s.net),
+        )
         .unwrap();
     s.run_for(Duration::from_micros(100));
     let sess = s.server.sessions().next().unwrap();
     let c = s.net.chunk(sess, id).unwrap();
-    assert!(c[..3000].iter().enumerate().all(|(i, &b)| b == (i % 251) as u8), "data at [0, 3000)");
+    assert!(
+        c[..3000]
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == (i % 251) as u8),
+        "data at [0, 3000)"
+    );
     assert_eq!(&c[3000..3024], &usr, "user message behind it");
     let mut hdr = [0u8; 4];
     RdmaWriteRepr { usr_len: 24 }.emit(&mut hdr);
@@ -66,19 +88,34 @@ fn test_request_event_and_write_response() {
         usr_len,
         read_len,
         ..
-    }) = ev.iter().copied().find(|e| matches!(e, ServerEvent::Request { .. }))
+    }) = ev
+        .iter()
+        .copied()
+        .find(|e| matches!(e, ServerEvent::Request { .. }))
     else {
         panic!("{ev:?}")
     };
-    assert_eq!((chunk, dir, data_len, usr_len, read_len), (5, Dir::Write, 4096, 32, 0));
+    assert_eq!(
+        (chunk, dir, data_len, usr_len, read_len),
+        (5, Dir::Write, 4096, 32, 0)
+    );
     ss.io.take();
-    assert_eq!(ss.server.resp_rdma(ss.now, op, 0, &mut ss.io), Ok(Resp::Sent));
+    assert_eq!(
+        ss.server.resp_rdma(ss.now, op, 0, &mut ss.io),
+        Ok(Resp::Sent)
+    );
     let sent = ss.io.sends(conns[1]);
     assert_eq!(sent.len(), 1, "one RDMA WRITE with immediate, nothing else");
     assert_eq!(sent[0].kind, "WriteImmEmpty");
     let imm = Imm(sent[0].imm.unwrap());
     assert_eq!(imm.ty(), ImmType::IoRsp);
-    assert_eq!(IoRsp::decode(imm.payload()), IoRsp { msg_id: 5, errno: 0 });
+    assert_eq!(
+        IoRsp::decode(imm.payload()),
+        IoRsp {
+            msg_id: 5,
+            errno: 0
+        }
+    );
     let st = ss.server.path_stats(conns[0].path).unwrap();
     assert_eq!(st.rdma_sysfs().to_string(), "0 0 1 4128\n");
 }
@@ -101,8 +138,10 @@ fn test_read_response_chain_writes_data_then_imm() {
     r.emit(&mut hdr);
     ss.write_chunk(2, 4096 + 16, &hdr);
     ss.imm(conns[1], Imm::io_req(g.encode(2, 4096 + 16).unwrap()).0);
-    let Some(ServerEvent::Request { op, read_len, .. }) =
-        ss.events().into_iter().find(|e| matches!(e, ServerEvent::Request { .. }))
+    let Some(ServerEvent::Request { op, read_len, .. }) = ss
+        .events()
+        .into_iter()
+        .find(|e| matches!(e, ServerEvent::Request { .. }))
     else {
         panic!()
     };
@@ -111,20 +150,34 @@ fn test_read_response_chain_writes_data_then_imm() {
     ss.server.resp_rdma(ss.now, op, 0, &mut ss.io).unwrap();
     let sent = ss.io.sends(conns[1]);
     let kinds: Vec<_> = sent.iter().map(|p| p.kind).collect();
-    assert_eq!(kinds, ["WriteChunk", "WriteImmEmpty"], "data first, then the response");
-    assert_eq!((sent[0].slot, sent[0].len, sent[0].addr, sent[0].key), (Some(2), Some(4096), Some(0xAB00), Some(0x42)));
+    assert_eq!(
+        kinds,
+        ["WriteChunk", "WriteImmEmpty"],
+        "data first, then the response"
+    );
+    assert_eq!(
+        (sent[0].slot, sent[0].len, sent[0].addr, sent[0].key),
+        (Some(2), Some(4096), Some(0xAB00), Some(0x42))
+    );
     // A failed read moves no data.
     ss.write_chunk(3, 4096 + 16, &hdr);
     ss.imm(conns[1], Imm::io_req(g.encode(3, 4096 + 16).unwrap()).0);
-    let Some(ServerEvent::Request { op, .. }) =
-        ss.events().into_iter().find(|e| matches!(e, ServerEvent::Request { .. }))
+    let Some(ServerEvent::Request { op, .. }) = ss
+        .events()
+        .into_iter()
+        .find(|e| matches!(e, ServerEvent::Request { .. }))
     else {
         panic!()
     };
     ss.io.take();
-    ss.server.resp_rdma(ss.now, op, -libc::EIO, &mut ss.io).unwrap();
+    ss.server
+        .resp_rdma(ss.now, op, -libc::EIO, &mut ss.io)
+        .unwrap();
     let sent = ss.io.sends(conns[1]);
-    assert_eq!(sent.iter().map(|p| p.kind).collect::<Vec<_>>(), ["WriteImmEmpty"]);
+    assert_eq!(
+        sent.iter().map(|p| p.kind).collect::<Vec<_>>(),
+        ["WriteImmEmpty"]
+    );
     assert_eq!(
         IoRsp::decode(Imm(sent[0].imm.unwrap()).payload()),
         IoRsp {
@@ -157,18 +210,29 @@ fn test_need_inval_and_always_invalidate_chains() {
     ss.imm(conns[1], Imm::io_req(g.encode(4, 600).unwrap()).0);
     // always_invalidate: first the chunk's key is invalidated, the handler waits for it.
     let sent = ss.io.sends(conns[1]);
-    assert_eq!(sent.iter().map(|p| p.kind).collect::<Vec<_>>(), ["LocalInv"]);
+    assert_eq!(
+        sent.iter().map(|p| p.kind).collect::<Vec<_>>(),
+        ["LocalInv"]
+    );
     let old_key = sent[0].key.unwrap();
-    assert!(ss.events().iter().all(|e| !matches!(e, ServerEvent::Request { .. })), "not before the invalidation");
+    assert!(
+        ss.events()
+            .iter()
+            .all(|e| !matches!(e, ServerEvent::Request { .. })),
+        "not before the invalidation"
+    );
     let wc = dp_rtrs::work::Wc {
         wr_id: sent[0].wr_id,
         status: dp_fabric::WcStatus::Success,
         opcode: dp_fabric::WcOpcode::Send,
         ..dp_rtrs::work::Wc::default()
     };
-    ss.server.handle_completion(ss.now, conns[1], &wc, &[], &mut ss.io);
-    let Some(ServerEvent::Request { op, .. }) =
-        ss.events().into_iter().find(|e| matches!(e, ServerEvent::Request { .. }))
+    ss.server
+        .handle_completion(ss.now, conns[1], &wc, &[], &mut ss.io);
+    let Some(ServerEvent::Request { op, .. }) = ss
+        .events()
+        .into_iter()
+        .find(|e| matches!(e, ServerEvent::Request { .. }))
     else {
         panic!()
     };
@@ -180,8 +244,15 @@ fn test_need_inval_and_always_invalidate_chains() {
     assert_eq!(sent[2].key, Some(0x7701), "invalidates the client's key");
     let new_key = sent[1].key.unwrap();
     assert_eq!(new_key, dp_rtrs::work::inc_rkey(old_key), "ib_inc_rkey");
-    let rk = RkeyRspRepr::parse(&dp_rtrs::wire::RkeyRsp::new_checked(&sent[3].bytes[..]).unwrap()).unwrap();
-    assert_eq!(rk, RkeyRspRepr { buf_id: 4, rkey: new_key });
+    let rk = RkeyRspRepr::parse(&dp_rtrs::wire::RkeyRsp::new_checked(&sent[3].bytes[..]).unwrap())
+        .unwrap();
+    assert_eq!(
+        rk,
+        RkeyRspRepr {
+            buf_id: 4,
+            rkey: new_key
+        }
+    );
     assert_eq!(Imm(sent[3].imm.unwrap()).ty(), ImmType::IoRspWInv);
     // An error response with NEED_INVAL: SEND_WITH_INV, REG_MR, SEND_WITH_IMM
     // (send_io_resp_imm's order).
@@ -192,14 +263,19 @@ fn test_need_inval_and_always_invalidate_chains() {
         wr_id: linv.wr_id,
         ..wc
     };
-    ss.server.handle_completion(ss.now, conns[1], &wc, &[], &mut ss.io);
-    let Some(ServerEvent::Request { op, .. }) =
-        ss.events().into_iter().find(|e| matches!(e, ServerEvent::Request { .. }))
+    ss.server
+        .handle_completion(ss.now, conns[1], &wc, &[], &mut ss.io);
+    let Some(ServerEvent::Request { op, .. }) = ss
+        .events()
+        .into_iter()
+        .find(|e| matches!(e, ServerEvent::Request { .. }))
     else {
         panic!()
     };
     ss.io.take();
-    ss.server.resp_rdma(ss.now, op, -libc::ENOSPC, &mut ss.io).unwrap();
+    ss.server
+        .resp_rdma(ss.now, op, -libc::ENOSPC, &mut ss.io)
+        .unwrap();
     let kinds: Vec<_> = ss.io.sends(conns[1]).iter().map(|p| p.kind).collect();
     assert_eq!(kinds, ["SendInv", "RegChunk", "SendImmMsg"]);
 }
@@ -212,7 +288,12 @@ fn test_io_errno_from_handler_delivered() {
     s.app.limit = Some(20);
     s.run_for(Duration::from_millis(5));
     assert_eq!(s.app.failed, 20);
-    assert!(s.app.errors.iter().all(|(_, e)| *e == IoError::Remote(libc::EIO)));
+    assert!(
+        s.app
+            .errors
+            .iter()
+            .all(|(_, e)| *e == IoError::Remote(libc::EIO))
+    );
     assert_eq!(IoError::Remote(libc::EIO).errno(), libc::EIO);
 }
 
@@ -229,8 +310,16 @@ fn test_request_size_rules() {
         offset: 0,
         len: 4096,
     };
-    assert_eq!(s.client.request(s.now, &p, Dir::Read, &big, Some(d), 1, io), Err(IoError::MsgSize));
-    assert!(s.client.request(s.now, &p, Dir::Read, &big[1..], Some(d), 1, io).is_ok());
+    assert_eq!(
+        s.client
+            .request(s.now, &p, rq(Dir::Read, &big, Some(d), 1), io),
+        Err(IoError::MsgSize)
+    );
+    assert!(
+        s.client
+            .request(s.now, &p, rq(Dir::Read, &big[1..], Some(d), 1), io)
+            .is_ok()
+    );
     let p2 = permits.get(ConType::Io, 0, Wait::NoWait).unwrap();
     // Data beyond the chunk (16 KiB) with the header.
     let d = DataRef {
@@ -239,11 +328,16 @@ fn test_request_size_rules() {
         len: 16384 - 4,
     };
     assert_eq!(
-        s.client.request(s.now, &p2, Dir::Write, &[0; 1], Some(d), 2, io),
+        s.client
+            .request(s.now, &p2, rq(Dir::Write, &[0; 1], Some(d), 2), io),
         Err(IoError::MsgSize),
         "header + data + message exceed the chunk"
     );
-    assert!(s.client.request(s.now, &p2, Dir::Write, &[], Some(d), 2, io).is_ok());
+    assert!(
+        s.client
+            .request(s.now, &p2, rq(Dir::Write, &[], Some(d), 2), io)
+            .is_ok()
+    );
     permits.put(p);
     permits.put(p2);
 }
@@ -255,18 +349,30 @@ fn test_request_permit_rules() {
     let permits = s.client.permits().unwrap().clone();
     let p = permits.get(ConType::Io, 0, Wait::NoWait).unwrap();
     let io = &mut ClientSide(&mut s.net);
-    assert!(s.client.request(s.now, &p, Dir::Write, &[1; 16], None, 1, io).is_ok());
+    assert!(
+        s.client
+            .request(s.now, &p, rq(Dir::Write, &[1; 16], None, 1), io)
+            .is_ok()
+    );
     assert_eq!(
-        s.client.request(s.now, &p, Dir::Write, &[1; 16], None, 1, io),
+        s.client
+            .request(s.now, &p, rq(Dir::Write, &[1; 16], None, 1), io),
         Err(IoError::Busy),
         "one request per permit"
     );
     // A permit of another pool.
     let other = dp_rtrs::permit::Permits::new(64, 12345);
     let q = other.get(ConType::Io, 0, Wait::NoWait).unwrap();
-    assert_eq!(s.client.request(s.now, &q, Dir::Write, &[], None, 1, io), Err(IoError::BadPermit));
+    assert_eq!(
+        s.client
+            .request(s.now, &q, rq(Dir::Write, &[], None, 1), io),
+        Err(IoError::BadPermit)
+    );
     other.put(q);
-    assert!(s.client.request_path(p.id()).is_some(), "in flight on a path");
+    assert!(
+        s.client.request_path(p.id()).is_some(),
+        "in flight on a path"
+    );
     permits.put(p);
 }
 
@@ -277,13 +383,16 @@ fn test_admin_permit_goes_on_cid_0_io_permit_by_lane() {
     let permits = sc.client.permits().unwrap().clone();
     let admin = permits.get(ConType::Admin, 5, Wait::NoWait).unwrap();
     sc.client
-        .request(sc.now, &admin, Dir::Read, &[0; 36], None, 1, &mut sc.io)
+        .request(sc.now, &admin, rq(Dir::Read, &[0; 36], None, 1), &mut sc.io)
         .unwrap();
-    assert!(sc.io.sends(c0).iter().any(|p| p.kind == "IoRequest"), "admin: connection 0");
+    assert!(
+        sc.io.sends(c0).iter().any(|p| p.kind == "IoRequest"),
+        "admin: connection 0"
+    );
     let io5 = permits.get(ConType::Io, 5, Wait::NoWait).unwrap();
     sc.io.take();
     sc.client
-        .request(sc.now, &io5, Dir::Write, &[0; 8], None, 2, &mut sc.io)
+        .request(sc.now, &io5, rq(Dir::Write, &[0; 8], None, 2), &mut sc.io)
         .unwrap();
     let cid = sc
         .io
@@ -309,7 +418,9 @@ fn test_io_request_imm_and_remote_address() {
         offset: 0x100,
         len: 2048,
     };
-    sc.client.request(sc.now, &p, Dir::Read, &[9; 32], Some(d), 1, &mut sc.io).unwrap();
+    sc.client
+        .request(sc.now, &p, rq(Dir::Read, &[9; 32], Some(d), 1), &mut sc.io)
+        .unwrap();
     let io = sc
         .io
         .calls
@@ -321,15 +432,34 @@ fn test_io_request_imm_and_remote_address() {
         .unwrap();
     let g = Geometry::new(8, 8192).unwrap();
     let id = p.id();
-    assert_eq!(io.imm, Some(Imm::io_req(g.encode(id, 2048 + 32).unwrap()).0), "header offset: data + message");
-    assert_eq!(io.addr, Some(0x5000_0000 + u64::from(id) * 8192 + 2048), "a READ writes behind the data room");
-    assert_eq!(io.key, Some(0x100 + u32::from(id)), "the chunk's key from the info response");
-    assert_eq!(io.len, Some(32 + 24), "message + read header with one descriptor");
+    assert_eq!(
+        io.imm,
+        Some(Imm::io_req(g.encode(id, 2048 + 32).unwrap()).0),
+        "header offset: data + message"
+    );
+    assert_eq!(
+        io.addr,
+        Some(0x5000_0000 + u64::from(id) * 8192 + 2048),
+        "a READ writes behind the data room"
+    );
+    assert_eq!(
+        io.key,
+        Some(0x100 + u32::from(id)),
+        "the chunk's key from the info response"
+    );
+    assert_eq!(
+        io.len,
+        Some(32 + 24),
+        "message + read header with one descriptor"
+    );
     let iu = &sc.io.iu[&id];
     let hdr = RdmaReadRepr::parse(&RdmaRead::new_checked(&iu[32..56]).unwrap(), 8192).unwrap();
     assert_eq!(hdr.desc.unwrap().len, 2048);
     assert_eq!(hdr.desc.unwrap().addr, 0x7000_0000_0000 + 0x100);
-    assert!(!hdr.need_inval, "a long-lived registration is not invalidated");
+    assert!(
+        !hdr.need_inval,
+        "a long-lived registration is not invalidated"
+    );
     permits.put(p);
 }
 
@@ -375,7 +505,9 @@ fn test_one_shot_write_key_invalidated_locally() {
         len: 100,
     };
     sc.io.take();
-    sc.client.request(sc.now, &p, Dir::Write, &[1; 8], Some(d), 9, &mut sc.io).unwrap();
+    sc.client
+        .request(sc.now, &p, rq(Dir::Write, &[1; 8], Some(d), 9), &mut sc.io)
+        .unwrap();
     let (conn, chain) = sc
         .io
         .calls
@@ -385,12 +517,28 @@ fn test_one_shot_write_key_invalidated_locally() {
             _ => None,
         })
         .unwrap();
-    assert_eq!(chain.iter().map(|p| p.kind).collect::<Vec<_>>(), ["Register", "IoRequest"]);
+    assert_eq!(
+        chain.iter().map(|p| p.kind).collect::<Vec<_>>(),
+        ["Register", "IoRequest"]
+    );
     let key = chain[0].key.unwrap();
     sc.io.take();
-    sc.imm(conn, IoRsp { msg_id: u32::from(p.id()), errno: 0 }.imm(false).0);
+    sc.imm(
+        conn,
+        IoRsp {
+            msg_id: u32::from(p.id()),
+            errno: 0,
+        }
+        .imm(false)
+        .0,
+    );
     assert!(sc.events().is_empty(), "not complete before our LOCAL_INV");
-    let linv = sc.io.sends(conn).into_iter().find(|p| p.kind == "LocalInv").unwrap();
+    let linv = sc
+        .io
+        .sends(conn)
+        .into_iter()
+        .find(|p| p.kind == "LocalInv")
+        .unwrap();
     assert_eq!(linv.key, Some(key));
     let wc = dp_rtrs::work::Wc {
         wr_id: linv.wr_id,
@@ -398,7 +546,8 @@ fn test_one_shot_write_key_invalidated_locally() {
         opcode: dp_fabric::WcOpcode::Send,
         ..dp_rtrs::work::Wc::default()
     };
-    sc.client.handle_completion(sc.now, conn, &wc, &[], &mut sc.io);
+    sc.client
+        .handle_completion(sc.now, conn, &wc, &[], &mut sc.io);
     assert_eq!(
         sc.events(),
         [ClientEvent::Completed {
@@ -423,8 +572,16 @@ fn test_always_invalidate_rotates_chunk_keys() {
     assert_eq!((s.app.ok, s.app.failed, s.app.verify_errors), (320, 0, 0));
     let k = s.server.debug_chunk_key(sp, 0).unwrap();
     assert_ne!(k, k0, "rotated");
-    assert_eq!(k & !0xFF, k0 & !0xFF, "the same registration, a new consumer key");
-    assert_eq!(s.client.debug_rbuf(cp, 0).unwrap().1, k, "the client learnt it from rkey_rsp");
+    assert_eq!(
+        k & !0xFF,
+        k0 & !0xFF,
+        "the same registration, a new consumer key"
+    );
+    assert_eq!(
+        s.client.debug_rbuf(cp, 0).unwrap().1,
+        k,
+        "the client learnt it from rkey_rsp"
+    );
     assert!(!s.net.server_key_valid(k0), "the old key is dead");
     assert!(s.net.server_key_valid(k));
 }
@@ -440,9 +597,13 @@ fn test_always_invalidate_off_plain_responses() {
     s.app.limit = Some(100);
     s.run_for(Duration::from_millis(10));
     assert_eq!(s.app.ok, 100);
-    let kinds: std::collections::BTreeSet<_> = s.net.server_chains.iter().map(|(_, k)| k.clone()).collect();
+    let kinds: std::collections::BTreeSet<_> =
+        s.net.server_chains.iter().map(|(_, k)| k.clone()).collect();
     for k in &kinds {
-        assert!(!k.iter().any(|x| x == "RegChunk" || x == "SendImmMsg"), "{k:?}");
+        assert!(
+            !k.iter().any(|x| x == "RegChunk" || x == "SendImmMsg"),
+            "{k:?}"
+        );
     }
 }
 
@@ -463,8 +624,10 @@ fn test_server_response_waits_for_send_queue_room() {
         let chunk = (round % 8) as u16;
         ss.write_chunk(chunk, 64, &hdr);
         ss.imm(conns[1], Imm::io_req(g.encode(chunk, 64).unwrap()).0);
-        let Some(ServerEvent::Request { op, .. }) =
-            ss.events().into_iter().find(|e| matches!(e, ServerEvent::Request { .. }))
+        let Some(ServerEvent::Request { op, .. }) = ss
+            .events()
+            .into_iter()
+            .find(|e| matches!(e, ServerEvent::Request { .. }))
         else {
             panic!("round {round}")
         };
@@ -478,15 +641,23 @@ fn test_server_response_waits_for_send_queue_room() {
             Resp::Dropped => panic!(),
         }
     }
-    assert!(queued == 1 && answered >= 21, "answered {answered} before the queue filled");
-    assert_eq!(ss.server.path_stats(conns[0].path).unwrap().queued_responses, 1);
+    assert!(
+        queued == 1 && answered >= 21,
+        "answered {answered} before the queue filled"
+    );
+    assert_eq!(
+        ss.server
+            .path_stats(conns[0].path)
+            .unwrap()
+            .queued_responses,
+        1
+    );
     // A signalled completion frees its batch: the queued answer goes out.
     let last_signalled = ss
         .io
         .sends(conns[1])
         .into_iter()
-        .filter(|p| p.signaled)
-        .last()
+        .rfind(|p| p.signaled)
         .expect("signalled every interval");
     let before = ss.io.sends(conns[1]).len();
     let wc = dp_rtrs::work::Wc {
@@ -495,8 +666,13 @@ fn test_server_response_waits_for_send_queue_room() {
         opcode: dp_fabric::WcOpcode::RdmaWrite,
         ..dp_rtrs::work::Wc::default()
     };
-    ss.server.handle_completion(ss.now, conns[1], &wc, &[], &mut ss.io);
-    assert_eq!(ss.io.sends(conns[1]).len(), before + 1, "the queued response was posted");
+    ss.server
+        .handle_completion(ss.now, conns[1], &wc, &[], &mut ss.io);
+    assert_eq!(
+        ss.io.sends(conns[1]).len(),
+        before + 1,
+        "the queued response was posted"
+    );
 }
 
 fn shares(s: &dp_rtrs::sim::Sim) -> (u64, u64) {
@@ -540,7 +716,11 @@ fn test_policy_min_latency_prefers_measured_fast_path() {
     s.app.limit = Some(50);
     s.run_for(Duration::from_millis(20));
     let (slow, fast) = shares(&s);
-    assert_eq!((slow, fast), (0, 50), "every IO on the path with the smaller round trip");
+    assert_eq!(
+        (slow, fast),
+        (0, 50),
+        "every IO on the path with the smaller round trip"
+    );
 }
 
 #[test]
@@ -572,7 +752,10 @@ fn test_stats_count_usr_and_data_bytes() {
     s.run_for(Duration::from_millis(5));
     let st = s.client.path_stats(s.paths[0]).unwrap();
     assert_eq!(st.rdma.read_cnt + st.rdma.write_cnt, 10);
-    assert_eq!(st.rdma.read_bytes + st.rdma.write_bytes, 10 * (1000 + USR_LEN as u64));
+    assert_eq!(
+        st.rdma.read_bytes + st.rdma.write_bytes,
+        10 * (1000 + USR_LEN as u64)
+    );
     assert_eq!(st.inflight, 0);
 }
 
@@ -587,7 +770,11 @@ fn test_read_data_lands_in_client_buffer_and_is_checked() {
     s.app.read_pct = 100;
     s.app.limit = Some(128);
     s.run_for(Duration::from_millis(5));
-    assert_eq!((s.app.ok, s.app.verify_errors), (128, 0), "reads return the last writes");
+    assert_eq!(
+        (s.app.ok, s.app.verify_errors),
+        (128, 0),
+        "reads return the last writes"
+    );
     // The check can fail: a disk that lost its writes is noticed.
     for v in s.handler.disk.values_mut() {
         *v += 1000;

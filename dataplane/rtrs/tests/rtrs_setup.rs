@@ -11,7 +11,10 @@ use dp_rtrs::error::{PathError, Violation};
 use dp_rtrs::sim::{Call, Recorder, Sim, SimConfig};
 use dp_rtrs::srv::{Server, ServerEvent, ServerState};
 use dp_rtrs::timer::Instant;
-use dp_rtrs::wire::{Bad, ConnReq, ConnReqRepr, ConnRsp, ConnRspRepr, InfoReq, InfoReqRepr, InfoRsp, MSG_NEW_RKEY_F, PathName, SgDesc};
+use dp_rtrs::wire::{
+    Bad, ConnReq, ConnReqRepr, ConnRsp, ConnRspRepr, InfoReq, InfoReqRepr, InfoRsp, MSG_NEW_RKEY_F,
+    PathName, SgDesc,
+};
 use dp_rtrs::work::{CmEvent, RecvBuf};
 
 fn conn_req(c: &[u8; 56]) -> ConnReqRepr {
@@ -31,14 +34,24 @@ fn test_connect_cids_one_by_one_with_conn_req() {
         assert_eq!(cs.len(), 1, "one connection at a time");
         let (conn, pdata) = cs[0];
         let r = conn_req(&pdata);
-        assert_eq!((conn.cid, r.cid, r.cid_num, r.recon_cnt), (want, want, 4, 1));
+        assert_eq!(
+            (conn.cid, r.cid, r.cid_num, r.recon_cnt),
+            (want, want, 4, 1)
+        );
         assert_eq!(r.path_uuid, [9; 16]);
         assert_eq!(r.sess_uuid, [3; 16]);
         assert!(r.first_conn, "the first path of an open carries first_conn");
-        sc.client
-            .handle_cm(sc.now, conn, CmEvent::Established { private_data: &a }, &mut sc.io);
+        sc.client.handle_cm(
+            sc.now,
+            conn,
+            CmEvent::Established { private_data: &a },
+            &mut sc.io,
+        );
     }
-    assert!(sc.connects().is_empty(), "then the info exchange, no more connects");
+    assert!(
+        sc.connects().is_empty(),
+        "then the info exchange, no more connects"
+    );
 }
 
 #[test]
@@ -126,8 +139,12 @@ fn test_conn_rsp_bad_magic_or_major_fails() {
     let cs = sc.connects();
     let mut a = accept(8, 4096, 4096, 0);
     a[3] = 3; // major 3
-    sc.client
-        .handle_cm(sc.now, cs[0].0, CmEvent::Established { private_data: &a }, &mut sc.io);
+    sc.client.handle_cm(
+        sc.now,
+        cs[0].0,
+        CmEvent::Established { private_data: &a },
+        &mut sc.io,
+    );
     assert!(sc.events().iter().any(|e| matches!(
         e,
         ClientEvent::OpenFailed {
@@ -154,8 +171,12 @@ fn test_conn_rsp_imm_budget_checked() {
     // 4096 chunks of 128 KiB need 12 + 17 bits: more than the 28 of the immediate.
     let cs = sc.connects();
     let a = accept(4096, 126_976, 4096, 0);
-    sc.client
-        .handle_cm(sc.now, cs[0].0, CmEvent::Established { private_data: &a }, &mut sc.io);
+    sc.client.handle_cm(
+        sc.now,
+        cs[0].0,
+        CmEvent::Established { private_data: &a },
+        &mut sc.io,
+    );
     assert!(sc.events().iter().any(|e| matches!(
         e,
         ClientEvent::OpenFailed {
@@ -170,8 +191,12 @@ fn test_conn_rejected_with_errno() {
     let mut sc = Scripted::new(1);
     let cs = sc.connects();
     let r = ConnRspRepr::reject(-(libc::EBUSY as i16)).to_bytes();
-    sc.client
-        .handle_cm(sc.now, cs[0].0, CmEvent::Rejected { private_data: &r }, &mut sc.io);
+    sc.client.handle_cm(
+        sc.now,
+        cs[0].0,
+        CmEvent::Rejected { private_data: &r },
+        &mut sc.io,
+    );
     assert!(sc.events().iter().any(|e| matches!(
         e,
         ClientEvent::OpenFailed {
@@ -260,7 +285,12 @@ fn req_bytes(cid: u16, cid_num: u16, first: bool, path: u8, sess: u8) -> [u8; 56
 }
 
 fn last_reply(io: &mut Recorder) -> Result<[u8; 56], [u8; 56]> {
-    match io.take().into_iter().rev().find(|c| matches!(c, Call::Accept(..) | Call::Reject(..))) {
+    match io
+        .take()
+        .into_iter()
+        .rev()
+        .find(|c| matches!(c, Call::Accept(..) | Call::Reject(..)))
+    {
         Some(Call::Accept(_, _, p)) => Ok(p),
         Some(Call::Reject(_, p)) => Err(p),
         _ => panic!("no answer"),
@@ -272,7 +302,10 @@ fn test_server_accept_carries_geometry_and_new_rkey() {
     let (mut srv, mut io) = scripted_server(true);
     srv.handle_connect_request(Instant::ZERO, 1, 1, &req_bytes(0, 2, true, 1, 1), &mut io);
     let r = rsp(&last_reply(&mut io).unwrap());
-    assert_eq!((r.errno, r.queue_depth, r.max_io_size, r.max_hdr_size), (0, 8, 4096, 4096));
+    assert_eq!(
+        (r.errno, r.queue_depth, r.max_io_size, r.max_hdr_size),
+        (0, 8, 4096, 4096)
+    );
     assert_eq!(r.flags, MSG_NEW_RKEY_F);
     let (mut srv, mut io) = scripted_server(false);
     srv.handle_connect_request(Instant::ZERO, 1, 1, &req_bytes(0, 2, true, 1, 1), &mut io);
@@ -283,15 +316,27 @@ fn test_server_accept_carries_geometry_and_new_rkey() {
 fn test_server_rejects_unknown_session_without_first_conn() {
     let (mut srv, mut io) = scripted_server(false);
     srv.handle_connect_request(Instant::ZERO, 1, 1, &req_bytes(0, 2, false, 1, 1), &mut io);
-    assert_eq!(rsp(&last_reply(&mut io).unwrap_err()).errno, -(libc::ENXIO as i16));
+    assert_eq!(
+        rsp(&last_reply(&mut io).unwrap_err()).errno,
+        -(libc::ENXIO as i16)
+    );
     assert_eq!(srv.sessions().count(), 0);
 }
 
 #[test]
 fn test_server_rejects_cid_num_above_4096() {
     let (mut srv, mut io) = scripted_server(false);
-    srv.handle_connect_request(Instant::ZERO, 1, 1, &req_bytes(0, 4097, true, 1, 1), &mut io);
-    assert_eq!(rsp(&last_reply(&mut io).unwrap_err()).errno, -(libc::ECONNRESET as i16));
+    srv.handle_connect_request(
+        Instant::ZERO,
+        1,
+        1,
+        &req_bytes(0, 4097, true, 1, 1),
+        &mut io,
+    );
+    assert_eq!(
+        rsp(&last_reply(&mut io).unwrap_err()).errno,
+        -(libc::ECONNRESET as i16)
+    );
     assert_eq!(srv.stats().malformed_conn_reqs, 1);
     assert_eq!(srv.sessions().count(), 0, "nothing allocated for it");
 }
@@ -316,9 +361,15 @@ fn test_server_rejects_duplicate_cid_and_cid_num_mismatch() {
     srv.handle_connect_request(Instant::ZERO, 2, 1, &req_bytes(0, 3, true, 1, 1), &mut io);
     assert!(last_reply(&mut io).is_err(), "cid 0 exists already");
     srv.handle_connect_request(Instant::ZERO, 3, 1, &req_bytes(1, 4, true, 1, 1), &mut io);
-    assert!(last_reply(&mut io).is_err(), "cid_num differs from the path's");
+    assert!(
+        last_reply(&mut io).is_err(),
+        "cid_num differs from the path's"
+    );
     srv.handle_connect_request(Instant::ZERO, 4, 1, &req_bytes(1, 3, false, 1, 1), &mut io);
-    assert!(last_reply(&mut io).is_ok(), "a later cid of a known session needs no first_conn");
+    assert!(
+        last_reply(&mut io).is_ok(),
+        "a later cid of a known session needs no first_conn"
+    );
 }
 
 #[test]
@@ -327,9 +378,15 @@ fn test_server_rejects_second_path_with_same_address() {
     srv.handle_connect_request(Instant::ZERO, 1, 7, &req_bytes(0, 1, true, 1, 1), &mut io);
     assert!(last_reply(&mut io).is_ok());
     srv.handle_connect_request(Instant::ZERO, 2, 7, &req_bytes(0, 1, true, 2, 1), &mut io);
-    assert_eq!(rsp(&last_reply(&mut io).unwrap_err()).errno, -(libc::EEXIST as i16));
+    assert_eq!(
+        rsp(&last_reply(&mut io).unwrap_err()).errno,
+        -(libc::EEXIST as i16)
+    );
     srv.handle_connect_request(Instant::ZERO, 3, 8, &req_bytes(0, 1, true, 2, 1), &mut io);
-    assert!(last_reply(&mut io).is_ok(), "another address is another path");
+    assert!(
+        last_reply(&mut io).is_ok(),
+        "another address is another path"
+    );
 }
 
 #[test]
@@ -337,9 +394,12 @@ fn test_server_pathname_rules() {
     // A name with '.' is refused: the path is closed.
     let (mut srv, mut io) = scripted_server(false);
     srv.handle_connect_request(Instant::ZERO, 1, 1, &req_bytes(0, 1, true, 1, 1), &mut io);
-    let conn = match io.take().into_iter().find(|c| matches!(c, Call::Accept(..))) {
-        Some(Call::Accept(_, c, _)) => c,
-        _ => panic!(),
+    let Some(Call::Accept(_, conn, _)) = io
+        .take()
+        .into_iter()
+        .find(|c| matches!(c, Call::Accept(..)))
+    else {
+        panic!("accepted")
     };
     let (wr_id, _) = io.pop_recv(conn).unwrap();
     let mut b = [0u8; 272];
@@ -354,21 +414,31 @@ fn test_server_pathname_rules() {
     };
     srv.handle_completion(Instant::ZERO, conn, &wc, &b, &mut io);
     assert_eq!(srv.path_state(conn.path), None, "closed and gone");
-    assert!(io.take().iter().any(|c| matches!(c, Call::ClosePath(p) if *p == conn.path)));
+    assert!(
+        io.take()
+            .iter()
+            .any(|c| matches!(c, Call::ClosePath(p) if *p == conn.path))
+    );
 }
 
 #[test]
 fn test_server_pathname_of_another_session_eperm() {
     let mut ss = ScriptedServer::new(false);
     let a = ss.path(1, 1, 2, b"host-a", 1);
-    assert_eq!(ss.server.path_state(a[0].path), Some(ServerState::Connected));
+    assert_eq!(
+        ss.server.path_state(a[0].path),
+        Some(ServerState::Connected)
+    );
     // Another session (another UUID) may not use the name: -EPERM, its path is closed.
     let b = ss.path(2, 2, 2, b"host-a", 2);
     assert_eq!(ss.server.path_state(b[0].path), None);
     assert_eq!(ss.server.sessions().count(), 1, "and its session freed");
     // A second path of the same session may (it is the same client).
     let c = ss.path(1, 3, 2, b"host-a", 3);
-    assert_eq!(ss.server.path_state(c[0].path), Some(ServerState::Connected));
+    assert_eq!(
+        ss.server.path_state(c[0].path),
+        Some(ServerState::Connected)
+    );
 }
 
 #[test]
@@ -387,7 +457,11 @@ fn test_server_info_req_before_all_cids_closes() {
     let mut b = [0u8; 272];
     b[2] = b'x';
     ss.send(c0, &b);
-    assert_eq!(ss.server.path_state(c0.path), None, "closed: cids 1 and 2 are missing");
+    assert_eq!(
+        ss.server.path_state(c0.path),
+        None,
+        "closed: cids 1 and 2 are missing"
+    );
     assert!(ss.io.calls.iter().any(|c| matches!(c, Call::ClosePath(_))));
 }
 
@@ -427,13 +501,19 @@ fn test_first_conn_set_for_reconnect_on_any_path() {
     let epoch = s.client.path_epoch(p1).unwrap();
     // Reboot: the server forgets everything (new server, same fabric).
     let cfg = *s.server.config();
-    s.server.close(s.now, &mut dp_rtrs::sim::ServerSide(&mut s.net));
+    s.server
+        .close(s.now, &mut dp_rtrs::sim::ServerSide(&mut s.net));
     s.run_for(Duration::from_millis(1));
     s.server = Server::new(cfg).unwrap();
     let ok = s.run_until_cond(Duration::from_secs(10), |s| {
-        s.client.path_epoch(p1).unwrap() > epoch && s.client.path_state(p1) == Some(ClientState::Connected)
+        s.client.path_epoch(p1).unwrap() > epoch
+            && s.client.path_state(p1) == Some(ClientState::Connected)
     });
-    assert!(ok, "path 1 reconnected to a fresh server: {:?}", s.client_log);
+    assert!(
+        ok,
+        "path 1 reconnected to a fresh server: {:?}",
+        s.client_log
+    );
     assert_eq!(s.server.sessions().count(), 1);
 }
 
@@ -451,8 +531,12 @@ fn test_queue_depth_changed_stops_reconnect() {
     assert_eq!(cs.len(), 1);
     assert_eq!(conn_req(&cs[0].1).recon_cnt, 2, "recon_cnt counts attempts");
     let a = accept(16, 4096, 4096, 0);
-    sc.client
-        .handle_cm(sc.now, cs[0].0, CmEvent::Established { private_data: &a }, &mut sc.io);
+    sc.client.handle_cm(
+        sc.now,
+        cs[0].0,
+        CmEvent::Established { private_data: &a },
+        &mut sc.io,
+    );
     let ev = sc.events();
     assert!(ev.iter().any(|e| matches!(
         e,

@@ -130,7 +130,9 @@ impl ClientConfig {
             return Err(RtrsError::Config("io_connections must be in 1..=4095"));
         }
         if !(-1..=9999).contains(&self.max_reconnect_attempts) {
-            return Err(RtrsError::Config("max_reconnect_attempts must be in -1..=9999"));
+            return Err(RtrsError::Config(
+                "max_reconnect_attempts must be in -1..=9999",
+            ));
         }
         if self.hb_interval.is_zero() {
             return Err(RtrsError::Config("hb_interval must be above 0"));
@@ -140,6 +142,19 @@ impl ClientConfig {
         }
         Ok(())
     }
+}
+
+/// One IO request (the arguments of `rtrs_clt_request` besides the permit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request<'a> {
+    /// READ (the server writes `data`) or WRITE (the server receives `data`).
+    pub dir: Dir,
+    /// The user message, copied into the permit's header buffer (RNBD's `rnbd_msg_io`).
+    pub usr: &'a [u8],
+    /// The data: a WRITE's payload or a READ's destination; `None` moves no data.
+    pub data: Option<DataRef>,
+    /// The caller's cookie, returned with the completion.
+    pub ctx: u64,
 }
 
 /// What `rtrs_clt_query` reports (`struct rtrs_attrs`).
@@ -250,7 +265,13 @@ impl ClientSession {
             idx: i as u16,
             generation: self.gens[i],
         };
-        self.paths[i] = Some(ClientPath::new(id, uuid, self.cfg.io_connections, hb, origin));
+        self.paths[i] = Some(ClientPath::new(
+            id,
+            uuid,
+            self.cfg.io_connections,
+            hb,
+            origin,
+        ));
         Ok(i)
     }
 
@@ -262,7 +283,12 @@ impl ClientSession {
     /// # Errors
     /// [`RtrsError::Config`] for no paths or more than 128, [`RtrsError::Busy`] if already
     /// opened.
-    pub fn open(&mut self, now: Instant, path_uuids: &[[u8; 16]], io: &mut impl ClientIo) -> Result<Vec<PathId>, RtrsError> {
+    pub fn open(
+        &mut self,
+        now: Instant,
+        path_uuids: &[[u8; 16]],
+        io: &mut impl ClientIo,
+    ) -> Result<Vec<PathId>, RtrsError> {
         if self.state != SessState::Idle {
             return Err(RtrsError::Busy);
         }
@@ -277,8 +303,10 @@ impl ClientSession {
             ids.push(self.path_mut(i).id);
         }
         self.opening = path_uuids.len() as u32;
-        for k in 0..ids.len() {
-            let Some(i) = self.index(ids[k]) else { continue };
+        for &id in &ids {
+            let Some(i) = self.index(id) else {
+                continue;
+            };
             if self.state != SessState::Opening {
                 break;
             }
@@ -296,7 +324,12 @@ impl ClientSession {
     /// # Errors
     /// [`RtrsError::Busy`] before the session is open, [`RtrsError::Closed`] after close,
     /// [`RtrsError::TooManyPaths`].
-    pub fn add_path(&mut self, now: Instant, uuid: [u8; 16], io: &mut impl ClientIo) -> Result<PathId, RtrsError> {
+    pub fn add_path(
+        &mut self,
+        now: Instant,
+        uuid: [u8; 16],
+        io: &mut impl ClientIo,
+    ) -> Result<PathId, RtrsError> {
         match self.state {
             SessState::Open => {}
             SessState::Closed => return Err(RtrsError::Closed),
@@ -317,7 +350,12 @@ impl ClientSession {
     ///
     /// # Errors
     /// [`RtrsError::NoSuchPath`].
-    pub fn remove_path(&mut self, now: Instant, id: PathId, io: &mut impl ClientIo) -> Result<(), RtrsError> {
+    pub fn remove_path(
+        &mut self,
+        now: Instant,
+        id: PathId,
+        io: &mut impl ClientIo,
+    ) -> Result<(), RtrsError> {
         let i = self.index(id).ok_or(RtrsError::NoSuchPath)?;
         self.close_path(i, now, io);
         self.remove(i);
@@ -340,7 +378,12 @@ impl ClientSession {
     ///
     /// # Errors
     /// [`RtrsError::NoSuchPath`], [`RtrsError::Busy`] if it is already closed.
-    pub fn disconnect_path(&mut self, now: Instant, id: PathId, io: &mut impl ClientIo) -> Result<(), RtrsError> {
+    pub fn disconnect_path(
+        &mut self,
+        now: Instant,
+        id: PathId,
+        io: &mut impl ClientIo,
+    ) -> Result<(), RtrsError> {
         let i = self.index(id).ok_or(RtrsError::NoSuchPath)?;
         if self.close_path(i, now, io) {
             Ok(())
@@ -356,7 +399,12 @@ impl ClientSession {
     ///
     /// # Errors
     /// [`RtrsError::NoSuchPath`], [`RtrsError::Busy`] if the state does not allow it.
-    pub fn reconnect_path(&mut self, now: Instant, id: PathId, io: &mut impl ClientIo) -> Result<(), RtrsError> {
+    pub fn reconnect_path(
+        &mut self,
+        now: Instant,
+        id: PathId,
+        io: &mut impl ClientIo,
+    ) -> Result<(), RtrsError> {
         let i = self.index(id).ok_or(RtrsError::NoSuchPath)?;
         if self.state == SessState::Closed {
             return Err(RtrsError::Closed);
@@ -407,7 +455,9 @@ impl ClientSession {
     /// [`RtrsError::Config`] outside `-1..=9999`.
     pub fn set_max_reconnect_attempts(&mut self, n: i16) -> Result<(), RtrsError> {
         if !(-1..=9999).contains(&n) {
-            return Err(RtrsError::Config("max_reconnect_attempts must be in -1..=9999"));
+            return Err(RtrsError::Config(
+                "max_reconnect_attempts must be in -1..=9999",
+            ));
         }
         self.cfg.max_reconnect_attempts = n;
         self.max_reconnect = max_reconnect(n);
@@ -433,7 +483,9 @@ impl ClientSession {
         match (connected, self.queue_depth) {
             (true, Some(queue_depth)) => Ok(Attrs {
                 queue_depth,
-                max_io_size: self.max_io_size.min(self.cfg.max_segments.saturating_mul(4096)),
+                max_io_size: self
+                    .max_io_size
+                    .min(self.cfg.max_segments.saturating_mul(4096)),
                 max_segments: self.cfg.max_segments,
             }),
             _ => Err(RtrsError::NotConnected),
@@ -473,7 +525,11 @@ impl ClientSession {
 
     /// The path a request of permit `id` is in flight on, if any.
     pub fn request_path(&self, id: u16) -> Option<PathId> {
-        self.paths.iter().flatten().find(|p| p.has_req(id)).map(|p| p.id)
+        self.paths
+            .iter()
+            .flatten()
+            .find(|p| p.has_req(id))
+            .map(|p| p.id)
     }
 
     /// The next event.
@@ -483,17 +539,19 @@ impl ClientSession {
 
     /// When [`handle_timeout`](Self::handle_timeout) is next needed.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.paths.iter().flatten().filter_map(ClientPath::poll_timeout).min()
+        self.paths
+            .iter()
+            .flatten()
+            .filter_map(ClientPath::poll_timeout)
+            .min()
     }
 
     // ---------------------------------------------------------------------------------------
     // IO
     // ---------------------------------------------------------------------------------------
 
-    /// `rtrs_clt_request`: sends request `dir` with user message `usr` (copied into the
-    /// permit's header buffer) and `data` (a WRITE's payload, or a READ's destination),
-    /// through the permit's chunk, on the first path the policy finds that takes it. `ctx`
-    /// comes back with the [`ClientEvent::Completed`].
+    /// `rtrs_clt_request`: sends `req` through the permit's chunk, on the first path the
+    /// policy finds that takes it. `req.ctx` comes back with the [`ClientEvent::Completed`].
     ///
     /// # Errors
     /// [`IoError::Closed`], [`IoError::BadPermit`] (not this session's, or not taken),
@@ -504,12 +562,15 @@ impl ClientSession {
         &mut self,
         now: Instant,
         permit: &Permit,
-        dir: Dir,
-        usr: &[u8],
-        data: Option<DataRef>,
-        ctx: u64,
+        req: Request<'_>,
         io: &mut impl ClientIo,
     ) -> Result<(), IoError> {
+        let Request {
+            dir,
+            usr,
+            data,
+            ctx,
+        } = req;
         let _ = now;
         if self.state == SessState::Closed {
             return Err(IoError::Closed);
@@ -542,9 +603,12 @@ impl ClientSession {
             if !p.connected() {
                 continue;
             }
-            if let Err(e) = req::check_hdr_room(dir, usr_len, data.is_some_and(|d| d.len != 0), p.max_hdr_size()) {
-                return Err(e);
-            }
+            req::check_hdr_room(
+                dir,
+                usr_len,
+                data.is_some_and(|d| d.len != 0),
+                p.max_hdr_size(),
+            )?;
             match p.post_req(io, id, q) {
                 Ok(()) => return Ok(()),
                 Err(e) => err = e,
@@ -560,7 +624,9 @@ impl ClientSession {
     /// A connection-manager event for `conn` (the handle given to
     /// [`ClientIo::connect`]).
     pub fn handle_cm(&mut self, now: Instant, conn: Conn, ev: CmEvent<'_>, io: &mut impl ClientIo) {
-        let Some(i) = self.index(conn.path) else { return };
+        let Some(i) = self.index(conn.path) else {
+            return;
+        };
         let ctx = self.sess_ctx();
         let o = self.path_mut(i).handle_cm(now, conn, ev, io, &ctx);
         self.apply(i, o, now, io);
@@ -568,8 +634,17 @@ impl ClientSession {
 
     /// One completion polled from `conn`'s completion queue, with the bytes a receive
     /// caught (empty for sends).
-    pub fn handle_completion(&mut self, now: Instant, conn: Conn, wc: &Wc, payload: &[u8], io: &mut impl ClientIo) {
-        let Some(i) = self.index(conn.path) else { return };
+    pub fn handle_completion(
+        &mut self,
+        now: Instant,
+        conn: Conn,
+        wc: &Wc,
+        payload: &[u8],
+        io: &mut impl ClientIo,
+    ) {
+        let Some(i) = self.index(conn.path) else {
+            return;
+        };
         let Self { paths, events, .. } = self;
         let p = paths[i].as_mut().expect("index() checked the slot");
         let o = p.handle_wc(now, conn, wc, payload, io, events);
@@ -581,7 +656,9 @@ impl ClientSession {
     pub fn handle_timeout(&mut self, now: Instant, io: &mut impl ClientIo) {
         for i in 0..self.paths.len() {
             for _ in 0..8 {
-                let Some(p) = self.paths[i].as_mut() else { break };
+                let Some(p) = self.paths[i].as_mut() else {
+                    break;
+                };
                 let o = p.handle_timeout(now, io);
                 if o == Outcome::None {
                     break;
@@ -655,7 +732,8 @@ impl ClientSession {
         self.events.push_back(ClientEvent::PathUp { path: id });
         match self.state {
             SessState::Open if self.paths_up == 1 => {
-                self.events.push_back(ClientEvent::Link(LinkEv::Reconnected));
+                self.events
+                    .push_back(ClientEvent::Link(LinkEv::Reconnected));
             }
             SessState::Opening if was == Origin::Open => {
                 self.opening -= 1;
@@ -683,7 +761,8 @@ impl ClientSession {
             max_io_size: self.max_io_size,
         });
         if self.paths_up == 0 {
-            self.events.push_back(ClientEvent::Link(LinkEv::Disconnected));
+            self.events
+                .push_back(ClientEvent::Link(LinkEv::Disconnected));
         }
     }
 
@@ -696,7 +775,8 @@ impl ClientSession {
         p.established = false;
         self.paths_up = self.paths_up.saturating_sub(1);
         if self.paths_up == 0 && self.state == SessState::Open {
-            self.events.push_back(ClientEvent::Link(LinkEv::Disconnected));
+            self.events
+                .push_back(ClientEvent::Link(LinkEv::Disconnected));
         }
     }
 
@@ -722,7 +802,8 @@ impl ClientSession {
         let id = p.id;
         match p.origin {
             Origin::Open => {
-                self.events.push_back(ClientEvent::OpenFailed { path: id, error });
+                self.events
+                    .push_back(ClientEvent::OpenFailed { path: id, error });
                 self.state = SessState::Closed;
                 for k in 0..self.paths.len() {
                     if self.paths[k].is_some() {
@@ -732,14 +813,16 @@ impl ClientSession {
                 self.events.push_back(ClientEvent::Closed);
             }
             Origin::Added => {
-                self.events.push_back(ClientEvent::PathAddFailed { path: id, error });
+                self.events
+                    .push_back(ClientEvent::PathAddFailed { path: id, error });
                 self.close_path(i, now, io);
                 self.remove(i);
             }
             Origin::Running => {
                 if p.change(ClientState::Reconnecting) {
                     p.stats.reconnects_fail += 1;
-                    self.events.push_back(ClientEvent::ReconnectFailed { path: id, error });
+                    self.events
+                        .push_back(ClientEvent::ReconnectFailed { path: id, error });
                     self.err_recovery(i, now, io);
                 }
             }
@@ -769,10 +852,16 @@ impl ClientSession {
     fn fail_over(&mut self, from: usize, io: &mut impl ClientIo) {
         let slots = self.path_mut(from).slots();
         for s in 0..slots {
-            let Some(q) = self.path_mut(from).take_req(s) else { continue };
+            let Some(q) = self.path_mut(from).take_req(s) else {
+                continue;
+            };
             if let Phase::Invalidating(result) = q.phase {
                 // Answered already; its key dies with the path's registrations.
-                self.events.push_back(ClientEvent::Completed { id: s, ctx: q.ctx, result });
+                self.events.push_back(ClientEvent::Completed {
+                    id: s,
+                    ctx: q.ctx,
+                    result,
+                });
                 continue;
             }
             if self.state == SessState::Closed {
@@ -813,7 +902,10 @@ impl ClientSession {
     /// The request of permit `id` on the path carrying it (tests).
     #[cfg(feature = "testing")]
     pub fn debug_request_key(&self, id: u16) -> Option<Option<u32>> {
-        self.paths.iter().flatten().find_map(|p| p.req(id).map(|q| q.key))
+        self.paths
+            .iter()
+            .flatten()
+            .find_map(|p| p.req(id).map(|q| q.key))
     }
 
     /// The (address, rkey) a path holds for chunk `id` (tests of `NEW_RKEY`).

@@ -15,8 +15,8 @@ use crate::permit::ConType;
 use crate::stats::ClientPathStats;
 use crate::timer::{HbTick, Heartbeat, Instant, TimerTable};
 use crate::wire::{
-    ConnReqRepr, ConnRsp, ConnRspRepr, Geometry, Imm, ImmType, InfoReq, InfoReqRepr, InfoRsp, IoRsp,
-    PathName, RkeyRsp, RkeyRspRepr, SERVICE_CON_QUEUE_DEPTH,
+    ConnReqRepr, ConnRsp, ConnRspRepr, Geometry, Imm, ImmType, InfoReq, InfoReqRepr, InfoRsp,
+    IoRsp, PathName, RkeyRsp, RkeyRspRepr, SERVICE_CON_QUEUE_DEPTH,
 };
 use crate::work::{Conn, PathId, QpSizes, RecvBuf, SendQueue, Wc, Wr, WrId};
 
@@ -159,7 +159,13 @@ impl PathLoad for ClientPath {
 }
 
 impl ClientPath {
-    pub(crate) fn new(id: PathId, uuid: [u8; 16], io_conns: u16, hb: Heartbeat, origin: Origin) -> Self {
+    pub(crate) fn new(
+        id: PathId,
+        uuid: [u8; 16],
+        io_conns: u16,
+        hb: Heartbeat,
+        origin: Origin,
+    ) -> Self {
         let cid_num = io_conns.saturating_add(1);
         Self {
             id,
@@ -252,12 +258,18 @@ impl ClientPath {
     /// CONNECTED -> RECONNECTING, else CONNECTING -> CONNECTING_ERR; otherwise (already
     /// recovering or closed) nothing.
     pub(crate) fn fail(&mut self, err: PathError) -> Outcome {
-        if self.st.change_from(ClientState::Connected, ClientState::Reconnecting) {
+        if self
+            .st
+            .change_from(ClientState::Connected, ClientState::Reconnecting)
+        {
             self.last_error = Some(err);
             self.timers.stop(T_HB);
             return Outcome::Failed(err);
         }
-        if self.st.change_from(ClientState::Connecting, ClientState::ConnectingErr) {
+        if self
+            .st
+            .change_from(ClientState::Connecting, ClientState::ConnectingErr)
+        {
             self.last_error = Some(err);
             self.timers.stop(T_CONNECT);
             self.info_pending = false;
@@ -277,7 +289,12 @@ impl ClientPath {
 
     /// `init_conns`: a new epoch, and the connection of cid 0 (the others follow one by one).
     /// The state must already be CONNECTING.
-    pub(crate) fn start(&mut self, now: Instant, io: &mut impl ClientIo, sess: &SessCtx) -> Outcome {
+    pub(crate) fn start(
+        &mut self,
+        now: Instant,
+        io: &mut impl ClientIo,
+        sess: &SessCtx,
+    ) -> Outcome {
         self.epoch = self.epoch.wrapping_add(1);
         self.conns.fill(ConnSt::down());
         self.info_pending = false;
@@ -303,7 +320,13 @@ impl ClientPath {
         }
     }
 
-    fn connect_cid(&mut self, cid: u16, now: Instant, io: &mut impl ClientIo, sess: &SessCtx) -> Outcome {
+    fn connect_cid(
+        &mut self,
+        cid: u16,
+        now: Instant,
+        io: &mut impl ClientIo,
+        sess: &SessCtx,
+    ) -> Outcome {
         let req = ConnReqRepr {
             version: crate::wire::PROTO_VER,
             cid,
@@ -319,7 +342,8 @@ impl ClientPath {
             sq: SendQueue::new(sizes.max_send_wr, self.signal_interval),
             last_inv: None,
         };
-        self.timers.set(T_CONNECT, now.saturating_add(CONNECT_TIMEOUT));
+        self.timers
+            .set(T_CONNECT, now.saturating_add(CONNECT_TIMEOUT));
         match io.connect(self.conn(cid), sizes, &req.to_bytes()) {
             Ok(()) => Outcome::None,
             Err(_) => {
@@ -360,7 +384,10 @@ impl ClientPath {
                     .map_or(-(libc::ECONNRESET as i16), |r| r.errno);
                 self.fail(PathError::Rejected(errno))
             }
-            CmEvent::Unreachable | CmEvent::AddrError | CmEvent::Disconnected | CmEvent::DeviceRemoval => {
+            CmEvent::Unreachable
+            | CmEvent::AddrError
+            | CmEvent::Disconnected
+            | CmEvent::DeviceRemoval => {
                 if link == Link::Down {
                     return Outcome::None;
                 }
@@ -433,11 +460,18 @@ impl ClientPath {
             return self.fail(PathError::Violation(Violation::InfoOutOfOrder));
         };
         let len = InfoRsp::<&[u8]>::len_for(usize::from(g.queue_depth())) as u32;
-        if let Err(e) = io.post_recv(self.conn(0), self.wr(K_RECV_INFO, 0, 0), RecvBuf::InfoRsp(len)) {
+        if let Err(e) = io.post_recv(
+            self.conn(0),
+            self.wr(K_RECV_INFO, 0, 0),
+            RecvBuf::InfoRsp(len),
+        ) {
             return self.fail(PathError::Post(e.kind));
         }
         let mut msg = [0u8; InfoReq::<&[u8]>::LEN];
-        InfoReqRepr { pathname: sess.name }.emit(&mut InfoReq::new_unchecked(&mut msg[..]));
+        InfoReqRepr {
+            pathname: sess.name,
+        }
+        .emit(&mut InfoReq::new_unchecked(&mut msg[..]));
         let batch = match self.conns[0].sq.reserve(1, true) {
             Ok(b) => b.unwrap_or(1),
             Err(e) => return self.fail(PathError::Post(e.kind)),
@@ -451,13 +485,20 @@ impl ClientPath {
             return self.fail(PathError::Post(e.kind));
         }
         self.info_pending = true;
-        self.timers.set(T_CONNECT, now.saturating_add(CONNECT_TIMEOUT));
+        self.timers
+            .set(T_CONNECT, now.saturating_add(CONNECT_TIMEOUT));
         Outcome::None
     }
 
     /// `rtrs_clt_info_rsp_done` + `process_info_rsp`: the chunk table, then every IO
     /// receive, then CONNECTED.
-    fn info_rsp(&mut self, now: Instant, wc: &Wc, payload: &[u8], io: &mut impl ClientIo) -> Outcome {
+    fn info_rsp(
+        &mut self,
+        now: Instant,
+        wc: &Wc,
+        payload: &[u8],
+        io: &mut impl ClientIo,
+    ) -> Outcome {
         if !self.info_pending || self.state() != ClientState::Connecting {
             return self.violation(Violation::UnexpectedSend);
         }
@@ -469,7 +510,8 @@ impl ClientPath {
             return self.violation(Violation::UnexpectedSend);
         }
         let n = (wc.byte_len as usize).min(payload.len());
-        let table = InfoRsp::new_checked(&payload[..n]).and_then(|v| v.chunk_table(&g, &mut self.rbufs));
+        let table =
+            InfoRsp::new_checked(&payload[..n]).and_then(|v| v.chunk_table(&g, &mut self.rbufs));
         if let Err(b) = table {
             return self.violation(Violation::Wire(b));
         }
@@ -482,7 +524,8 @@ impl ClientPath {
             };
             if cid > 0 {
                 let s = self.qp_sizes(cid);
-                self.conns[usize::from(cid)].sq = SendQueue::new(s.max_send_wr, self.signal_interval);
+                self.conns[usize::from(cid)].sq =
+                    SendQueue::new(s.max_send_wr, self.signal_interval);
             }
             for _ in 0..q * 2 {
                 if let Err(e) = io.post_recv(self.conn(cid), self.wr(K_RECV_IO, 0, 0), buf) {
@@ -497,7 +540,8 @@ impl ClientPath {
         self.attempts = 0;
         self.stats.reconnects_ok += 1;
         self.hb.reset();
-        self.timers.set(T_HB, now.saturating_add(self.hb.interval()));
+        self.timers
+            .set(T_HB, now.saturating_add(self.hb.interval()));
         Outcome::Up
     }
 
@@ -520,7 +564,10 @@ impl ClientPath {
         if conn.epoch != self.epoch || id.epoch() != self.epoch || conn.cid >= self.cid_num {
             return Outcome::None;
         }
-        let live = matches!(self.state(), ClientState::Connected | ClientState::Connecting);
+        let live = matches!(
+            self.state(),
+            ClientState::Connected | ClientState::Connecting
+        );
         if !wc.is_ok() {
             if !live {
                 return Outcome::None; // a flush (or error) of connections we are closing
@@ -707,7 +754,12 @@ impl ClientPath {
         }
     }
 
-    fn complete(&mut self, slot: u16, result: Result<(), IoError>, events: &mut VecDeque<ClientEvent>) {
+    fn complete(
+        &mut self,
+        slot: u16,
+        result: Result<(), IoError>,
+        events: &mut VecDeque<ClientEvent>,
+    ) {
         if let Some(q) = self.reqs[usize::from(slot)].take() {
             self.stats.inflight = self.stats.inflight.saturating_sub(1);
             events.push_back(ClientEvent::Completed {
@@ -760,7 +812,8 @@ impl ClientPath {
                     }
                 }
             }
-            self.timers.set(T_HB, now.saturating_add(self.hb.interval()));
+            self.timers
+                .set(T_HB, now.saturating_add(self.hb.interval()));
         }
         if self.timers.take_due(T_RECONNECT, now) && self.state() == ClientState::Reconnecting {
             return Outcome::ReconnectDue;
@@ -777,7 +830,9 @@ impl ClientPath {
 
     /// True if permit `slot` has a request on this path.
     pub(crate) fn has_req(&self, slot: u16) -> bool {
-        self.reqs.get(usize::from(slot)).is_some_and(Option::is_some)
+        self.reqs
+            .get(usize::from(slot))
+            .is_some_and(Option::is_some)
     }
 
     /// Removes the request of permit `slot` (for failover or on close).
@@ -807,7 +862,12 @@ impl ClientPath {
     ///
     /// # Errors
     /// The reason this path cannot take it (the session then tries the next path).
-    pub(crate) fn post_req(&mut self, io: &mut impl ClientIo, slot: u16, mut q: Req) -> Result<(), IoError> {
+    pub(crate) fn post_req(
+        &mut self,
+        io: &mut impl ClientIo,
+        slot: u16,
+        mut q: Req,
+    ) -> Result<(), IoError> {
         let g = self.geom.ok_or(IoError::Aborted)?;
         if self.state() != ClientState::Connected || usize::from(slot) >= self.reqs.len() {
             return Err(IoError::Aborted);
@@ -822,7 +882,9 @@ impl ClientPath {
         let cid = self.cid_for(q.con, q.lane);
         let conn = self.conn(cid);
         let mapped = match q.data {
-            Some(d) if d.len != 0 => Some(io.map_data(conn, slot, &d, q.dir).map_err(IoError::Map)?),
+            Some(d) if d.len != 0 => {
+                Some(io.map_data(conn, slot, &d, q.dir).map_err(IoError::Map)?)
+            }
             _ => None,
         };
         let (hdr, hdr_n) = req::header(q.dir, q.usr_len, data_len, mapped.as_ref());
@@ -877,7 +939,13 @@ impl ClientPath {
             return Err(IoError::Aborted);
         }
         q.cid = cid;
-        q.key = reg.and(mapped.map(|m| if q.dir == crate::work::Dir::Read { m.rkey } else { m.lkey }));
+        q.key = reg.and(mapped.map(|m| {
+            if q.dir == crate::work::Dir::Read {
+                m.rkey
+            } else {
+                m.lkey
+            }
+        }));
         q.phase = Phase::Posted;
         self.reqs[usize::from(slot)] = Some(q);
         self.stats.rdma.add(

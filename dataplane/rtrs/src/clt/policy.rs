@@ -96,7 +96,11 @@ impl PathIter {
     /// the walk is over. Under round-robin `cursor` is the last path used and is advanced;
     /// the candidate may be a path that is not connected, which the caller skips (as Linux's
     /// `rtrs_clt_request` does).
-    pub fn next<P: PathLoad>(&mut self, paths: &[Option<P>], cursor: &mut Option<usize>) -> Option<usize> {
+    pub fn next<P: PathLoad>(
+        &mut self,
+        paths: &[Option<P>],
+        cursor: &mut Option<usize>,
+    ) -> Option<usize> {
         let live = paths.iter().filter(|p| p.is_some()).count();
         if self.steps >= live {
             return None;
@@ -106,7 +110,9 @@ impl PathIter {
             MpPolicy::RoundRobin => {
                 let n = paths.len();
                 let start = cursor.map_or(0, |c| c + 1);
-                let pick = (0..n).map(|k| (start + k) % n).find(|&i| paths[i].is_some())?;
+                let pick = (0..n)
+                    .map(|k| (start + k) % n)
+                    .find(|&i| paths[i].is_some())?;
                 *cursor = Some(pick);
                 Some(pick)
             }
@@ -158,23 +164,44 @@ mod tests {
 
     #[test]
     fn test_rr_advances_cursor_and_wraps() {
-        let paths = [Some(P(true, 0, None)), None, Some(P(false, 0, None)), Some(P(true, 0, None))];
+        let paths = [
+            Some(P(true, 0, None)),
+            None,
+            Some(P(false, 0, None)),
+            Some(P(true, 0, None)),
+        ];
         let mut c = None;
-        assert_eq!(walk(MpPolicy::RoundRobin, &paths, &mut c), [0, 2, 3], "3 live paths, 3 steps");
+        assert_eq!(
+            walk(MpPolicy::RoundRobin, &paths, &mut c),
+            [0, 2, 3],
+            "3 live paths, 3 steps"
+        );
         assert_eq!(c, Some(3));
         let mut it = PathIter::new(MpPolicy::RoundRobin);
-        assert_eq!(it.next(&paths, &mut c), Some(0), "wraps past the end, skipping holes");
+        assert_eq!(
+            it.next(&paths, &mut c),
+            Some(0),
+            "wraps past the end, skipping holes"
+        );
     }
 
     #[test]
     fn test_min_inflight_tries_each_connected_once() {
-        let paths = [Some(P(true, 5, None)), Some(P(true, 1, None)), Some(P(false, 0, None))];
+        let paths = [
+            Some(P(true, 5, None)),
+            Some(P(true, 1, None)),
+            Some(P(false, 0, None)),
+        ];
         assert_eq!(walk(MpPolicy::MinInflight, &paths, &mut None), [1, 0]);
     }
 
     #[test]
     fn test_min_latency_prefers_unmeasured() {
-        let paths = [Some(P(true, 0, Some(900))), Some(P(true, 0, Some(300))), Some(P(true, 0, None))];
+        let paths = [
+            Some(P(true, 0, Some(900))),
+            Some(P(true, 0, Some(300))),
+            Some(P(true, 0, None)),
+        ];
         assert_eq!(walk(MpPolicy::MinLatency, &paths, &mut None), [2, 1, 0]);
     }
 
@@ -183,7 +210,11 @@ mod tests {
         assert_eq!(MpPolicy::parse("rr\n"), Some(MpPolicy::RoundRobin));
         assert_eq!(MpPolicy::parse("1"), Some(MpPolicy::MinInflight));
         assert_eq!(MpPolicy::parse("min-latency"), Some(MpPolicy::MinLatency));
-        assert_eq!(MpPolicy::parse(""), None, "the empty write Linux once crashed on");
+        assert_eq!(
+            MpPolicy::parse(""),
+            None,
+            "the empty write Linux once crashed on"
+        );
         assert_eq!(MpPolicy::default(), MpPolicy::MinInflight);
     }
 }

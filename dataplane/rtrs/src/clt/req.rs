@@ -50,7 +50,12 @@ pub(crate) const fn hdr_len(dir: Dir, has_data: bool) -> u32 {
 ///
 /// # Errors
 /// [`IoError::MsgSize`].
-pub(crate) const fn check_hdr_room(dir: Dir, usr_len: u16, has_data: bool, max_hdr_size: u32) -> Result<(), IoError> {
+pub(crate) const fn check_hdr_room(
+    dir: Dir,
+    usr_len: u16,
+    has_data: bool,
+    max_hdr_size: u32,
+) -> Result<(), IoError> {
     if usr_len as u32 + hdr_len(dir, has_data) > max_hdr_size {
         Err(IoError::MsgSize)
     } else {
@@ -63,7 +68,12 @@ pub(crate) const fn check_hdr_room(dir: Dir, usr_len: u16, has_data: bool, max_h
 ///
 /// # Errors
 /// [`IoError::MsgSize`].
-pub(crate) const fn chunk_offset(g: &Geometry, dir: Dir, usr_len: u16, data_len: u32) -> Result<u32, IoError> {
+pub(crate) const fn chunk_offset(
+    g: &Geometry,
+    dir: Dir,
+    usr_len: u16,
+    data_len: u32,
+) -> Result<u32, IoError> {
     let hdr = hdr_len(dir, data_len != 0);
     let tsize = hdr as u64 + data_len as u64 + usr_len as u64;
     if tsize > g.chunk_size() as u64 {
@@ -74,7 +84,12 @@ pub(crate) const fn chunk_offset(g: &Geometry, dir: Dir, usr_len: u16, data_len:
 }
 
 /// The RTRS header of a request, in its first `n` bytes.
-pub(crate) fn header(dir: Dir, usr_len: u16, data_len: u32, mapped: Option<&Mapped>) -> ([u8; 24], usize) {
+pub(crate) fn header(
+    dir: Dir,
+    usr_len: u16,
+    data_len: u32,
+    mapped: Option<&Mapped>,
+) -> ([u8; 24], usize) {
     let mut b = [0u8; 24];
     match dir {
         Dir::Write => {
@@ -106,13 +121,31 @@ mod tests {
     fn test_size_rules() {
         let g = Geometry::new(512, 131_072).unwrap();
         assert_eq!(check_hdr_room(Dir::Read, 4072, true, 4096), Ok(()));
-        assert_eq!(check_hdr_room(Dir::Read, 4073, true, 4096), Err(IoError::MsgSize));
+        assert_eq!(
+            check_hdr_room(Dir::Read, 4073, true, 4096),
+            Err(IoError::MsgSize)
+        );
         assert_eq!(check_hdr_room(Dir::Write, 4092, true, 4096), Ok(()));
         assert_eq!(chunk_offset(&g, Dir::Write, 32, 4096), Ok(4128));
         assert_eq!(chunk_offset(&g, Dir::Write, 0, 131_068), Ok(131_068));
-        assert_eq!(chunk_offset(&g, Dir::Write, 0, 131_069), Err(IoError::MsgSize));
-        assert_eq!(chunk_offset(&g, Dir::Read, 8, 131_048), Ok(131_056));
-        assert_eq!(chunk_offset(&g, Dir::Read, 9, 131_048), Err(IoError::MsgSize));
+        assert_eq!(
+            chunk_offset(&g, Dir::Write, 0, 131_069),
+            Err(IoError::MsgSize)
+        );
+        assert_eq!(
+            chunk_offset(&g, Dir::Read, 8, 131_040),
+            Ok(131_048),
+            "24 + 131040 + 8"
+        );
+        assert_eq!(
+            chunk_offset(&g, Dir::Read, 9, 131_040),
+            Err(IoError::MsgSize)
+        );
+        assert_eq!(
+            chunk_offset(&g, Dir::Read, 9, 0),
+            Ok(9),
+            "no data: an 8-byte header"
+        );
     }
 
     #[test]
@@ -125,7 +158,11 @@ mod tests {
         };
         let (b, n) = header(Dir::Read, 32, 4096, Some(&m));
         assert_eq!(n, 24);
-        assert_eq!(&b[4..8], &[0, 0, 1, 0], "long-lived key: no NEED_INVAL, one descriptor");
+        assert_eq!(
+            &b[4..8],
+            &[0, 0, 1, 0],
+            "long-lived key: no NEED_INVAL, one descriptor"
+        );
         let one_shot = Mapped {
             register: Some(7),
             ..m

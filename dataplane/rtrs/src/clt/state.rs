@@ -147,10 +147,16 @@ mod tests {
     #[test]
     fn test_change_state_refuses_and_keeps() {
         let mut s = PathState::new();
-        assert!(!s.change(Closed), "CONNECTING -> CLOSED is not in the table");
+        assert!(
+            !s.change(Closed),
+            "CONNECTING -> CLOSED is not in the table"
+        );
         assert_eq!(s.get(), Connecting);
         assert!(s.change(Connected));
-        assert!(!s.change_from(Connecting, ConnectingErr), "from_to checks the source");
+        assert!(
+            !s.change_from(Connecting, ConnectingErr),
+            "from_to checks the source"
+        );
         assert!(s.change_from(Connected, Reconnecting));
         assert_eq!(Connected.to_raw(), 3);
         assert_eq!(Reconnecting.sysfs(), "disconnected");

@@ -13,7 +13,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
-use crate::clt::{ClientSession, DataRef};
+use crate::clt::{ClientSession, DataRef, Request};
 use crate::error::IoError;
 use crate::permit::{ConType, Permit, Wait};
 use crate::srv::{OpId, Server, SessId};
@@ -27,7 +27,9 @@ fn base() -> &'static [u8] {
     static BASE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
     BASE.get_or_init(|| {
         let mut j = Jitter::new(0xBA5E);
-        (0..BASE_LEN / 8).flat_map(|_| j.below(u64::MAX).to_le_bytes()).collect()
+        (0..BASE_LEN / 8)
+            .flat_map(|_| j.below(u64::MAX).to_le_bytes())
+            .collect()
     })
 }
 
@@ -172,7 +174,9 @@ impl App {
     /// When the next IO may be issued, if one is wanted and a permit is free.
     pub(crate) fn next_due(&self, client: &ClientSession) -> Option<Instant> {
         let want = self.inflight.len() < self.target && self.limit.is_none_or(|l| self.issued < l);
-        let free = client.permits().is_some_and(|p| p.in_use() < u32::from(p.depth()));
+        let free = client
+            .permits()
+            .is_some_and(|p| p.in_use() < u32::from(p.depth()));
         (want && free).then_some(self.next_at)
     }
 
@@ -182,8 +186,11 @@ impl App {
             if now < self.next_at {
                 return;
             }
-            let Some(permits) = client.permits().cloned() else { return };
-            let Some(permit) = permits.get(ConType::Io, self.rng.below(4) as u16, Wait::NoWait) else {
+            let Some(permits) = client.permits().cloned() else {
+                return;
+            };
+            let Some(permit) = permits.get(ConType::Io, self.rng.below(4) as u16, Wait::NoWait)
+            else {
                 return;
             };
             let seq = self.next_seq;
@@ -210,7 +217,13 @@ impl App {
                 offset: off as u64,
                 len,
             };
-            match client.request(now, &permit, dir, &usr, Some(data), seq, &mut ClientSide(net)) {
+            let req = Request {
+                dir,
+                usr: &usr,
+                data: Some(data),
+                ctx: seq,
+            };
+            match client.request(now, &permit, req, &mut ClientSide(net)) {
                 Ok(()) => {
                     self.issued += 1;
                     if !self.interval.is_zero() {
@@ -271,7 +284,9 @@ impl App {
                         self.expected.insert(rec.block, Some(rec.seq));
                     }
                     Dir::Read => {
-                        if let Some(Some(want)) = self.expected.get(&rec.block).copied().or(Some(Some(0))) {
+                        if let Some(Some(want)) =
+                            self.expected.get(&rec.block).copied().or(Some(Some(0)))
+                        {
                             let len = self.io_size.min(self.data_per_slot as u32) as usize;
                             let off = usize::from(id) * self.data_per_slot;
                             let got = &net.data[off..off + len];
@@ -408,7 +423,10 @@ impl Handler {
                     0
                 }
             };
-            if server.resp_rdma(now, p.op, status, &mut ServerSide(net)).is_err() {
+            if server
+                .resp_rdma(now, p.op, status, &mut ServerSide(net))
+                .is_err()
+            {
                 self.stale_answers += 1;
             }
         }

@@ -245,11 +245,17 @@ impl Sim {
             let io = &mut ClientSide(&mut self.net);
             match ev {
                 Ev::ConnRsp { qp, accept, pdata } => {
-                    let (Some(conn), ..) = io.0.qp_conns(qp) else { continue };
+                    let (Some(conn), ..) = io.0.qp_conns(qp) else {
+                        continue;
+                    };
                     let cm = if accept {
-                        CmEvent::Established { private_data: &pdata }
+                        CmEvent::Established {
+                            private_data: &pdata,
+                        }
                     } else {
-                        CmEvent::Rejected { private_data: &pdata }
+                        CmEvent::Rejected {
+                            private_data: &pdata,
+                        }
                     };
                     self.client.handle_cm(now, conn, cm, io);
                 }
@@ -260,16 +266,20 @@ impl Sim {
                     };
                     self.client.handle_cm(now, conn, cm, io);
                 }
-                Ev::Wc { conn, wc, payload, .. } => self.client.handle_completion(now, conn, &wc, &payload, io),
+                Ev::Wc {
+                    conn, wc, payload, ..
+                } => self.client.handle_completion(now, conn, &wc, &payload, io),
                 _ => {}
             }
         }
-        self.client.handle_timeout(now, &mut ClientSide(&mut self.net));
+        self.client
+            .handle_timeout(now, &mut ClientSide(&mut self.net));
         while let Some(ev) = self.client.poll_event() {
             busy = true;
             match ev {
                 ClientEvent::Completed { id, ctx, result } => {
-                    self.app.completed(now, id, ctx, result, &self.client, &self.net);
+                    self.app
+                        .completed(now, id, ctx, result, &self.client, &self.net);
                 }
                 ev => self.client_log.push(Logged { at: now, ev }),
             }
@@ -295,12 +305,19 @@ impl Sim {
                         continue;
                     }
                     let (_, _, token, link) = io.0.qp_conns(qp);
-                    self.server.handle_connect_request(now, token, link as u128, &pdata, io);
+                    self.server
+                        .handle_connect_request(now, token, link as u128, &pdata, io);
                 }
                 Ev::SrvEstablished { qp } => {
-                    let (_, Some(conn), ..) = io.0.qp_conns(qp) else { continue };
-                    self.server
-                        .handle_cm(now, conn, CmEvent::Established { private_data: &[] }, io);
+                    let (_, Some(conn), ..) = io.0.qp_conns(qp) else {
+                        continue;
+                    };
+                    self.server.handle_cm(
+                        now,
+                        conn,
+                        CmEvent::Established { private_data: &[] },
+                        io,
+                    );
                 }
                 Ev::Cm { conn, ev, .. } => {
                     let cm = match ev {
@@ -309,11 +326,14 @@ impl Sim {
                     };
                     self.server.handle_cm(now, conn, cm, io);
                 }
-                Ev::Wc { conn, wc, payload, .. } => self.server.handle_completion(now, conn, &wc, &payload, io),
+                Ev::Wc {
+                    conn, wc, payload, ..
+                } => self.server.handle_completion(now, conn, &wc, &payload, io),
                 _ => {}
             }
         }
-        self.server.handle_timeout(now, &mut ServerSide(&mut self.net));
+        self.server
+            .handle_timeout(now, &mut ServerSide(&mut self.net));
         while let Some(ev) = self.server.poll_event() {
             busy = true;
             match ev {
@@ -325,14 +345,15 @@ impl Sim {
                     data_len,
                     usr_len,
                     read_len,
-                } => self
-                    .handler
-                    .request(now, op, sess, chunk, dir, data_len, usr_len, read_len, &self.net),
+                } => self.handler.request(
+                    now, op, sess, chunk, dir, data_len, usr_len, read_len, &self.net,
+                ),
                 ev => self.server_log.push(Logged { at: now, ev }),
             }
         }
         let before = self.handler.pending();
-        self.handler.answer_due(now, &mut self.server, &mut self.net);
+        self.handler
+            .answer_due(now, &mut self.server, &mut self.net);
         busy |= self.handler.pending() != before;
         busy
     }
@@ -345,7 +366,11 @@ impl Sim {
         let mut n = 0u64;
         while self.step(t) {
             n += 1;
-            assert!(n < 50_000_000, "livelock: 50M steps before {t:?} (now {:?})", self.now);
+            assert!(
+                n < 50_000_000,
+                "livelock: 50M steps before {t:?} (now {:?})",
+                self.now
+            );
         }
         if self.now < t {
             self.now = t;
@@ -376,7 +401,9 @@ impl Sim {
     /// If it does not open within 10 s of virtual time.
     pub fn open(&mut self) {
         let ok = self.run_until_cond(Duration::from_secs(10), |s| {
-            s.client_log.iter().any(|l| matches!(l.ev, ClientEvent::Opened { .. }))
+            s.client_log
+                .iter()
+                .any(|l| matches!(l.ev, ClientEvent::Opened { .. }))
         });
         assert!(ok, "the session did not open: {:?}", self.client_log);
     }
@@ -404,7 +431,13 @@ impl Sim {
 
     /// A hostile client writes `bytes` at `off` of chunk `chunk` of `sess` (with a valid
     /// key: what the key allows). False if out of the chunk.
-    pub fn server_chunk_write(&mut self, sess: SessId, chunk: u16, off: usize, bytes: &[u8]) -> bool {
+    pub fn server_chunk_write(
+        &mut self,
+        sess: SessId,
+        chunk: u16,
+        off: usize,
+        bytes: &[u8],
+    ) -> bool {
         match self.net.chunk_mut(sess, chunk) {
             Some(c) if off.checked_add(bytes.len()).is_some_and(|e| e <= c.len()) => {
                 c[off..off + bytes.len()].copy_from_slice(bytes);
@@ -420,8 +453,13 @@ impl Sim {
         let qp = self.net.raw_qp(link);
         let now = self.now;
         let (_, _, token, _) = self.net.qp_conns(qp);
-        self.server
-            .handle_connect_request(now, token, link as u128, pdata, &mut ServerSide(&mut self.net));
+        self.server.handle_connect_request(
+            now,
+            token,
+            link as u128,
+            pdata,
+            &mut ServerSide(&mut self.net),
+        );
         self.net.qp_conns(qp).1
     }
 }

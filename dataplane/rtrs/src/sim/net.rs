@@ -60,9 +60,22 @@ struct Flight {
 
 #[derive(Clone, Debug)]
 enum FlightOp {
-    Send { bytes: Vec<u8>, imm: Option<u32>, inv: Option<u32> },
-    WriteImm { addr: u64, rkey: u32, bytes: Vec<u8>, imm: u32 },
-    Write { addr: u64, rkey: u32, bytes: Vec<u8> },
+    Send {
+        bytes: Vec<u8>,
+        imm: Option<u32>,
+        inv: Option<u32>,
+    },
+    WriteImm {
+        addr: u64,
+        rkey: u32,
+        bytes: Vec<u8>,
+        imm: u32,
+    },
+    Write {
+        addr: u64,
+        rkey: u32,
+        bytes: Vec<u8>,
+    },
 }
 
 impl FlightOp {
@@ -114,7 +127,11 @@ pub(crate) enum Ev {
     /// A connect request reaches the server.
     ConnReq { qp: usize, pdata: [u8; 56] },
     /// The server's answer reaches the client.
-    ConnRsp { qp: usize, accept: bool, pdata: [u8; 56] },
+    ConnRsp {
+        qp: usize,
+        accept: bool,
+        pdata: [u8; 56],
+    },
     /// The server's connection is established (RTU).
     SrvEstablished { qp: usize },
     /// A CM event for one side's connection.
@@ -122,7 +139,12 @@ pub(crate) enum Ev {
     /// The head of one side's outbound queue is due at the other side.
     Deliver { qp: usize, from: Side },
     /// A completion for one side.
-    Wc { side: Side, conn: Conn, wc: Wc, payload: Vec<u8> },
+    Wc {
+        side: Side,
+        conn: Conn,
+        wc: Wc,
+        payload: Vec<u8>,
+    },
 }
 
 /// CM events the fabric produces.
@@ -382,8 +404,16 @@ impl Net {
 
     /// Completes the oldest receive posted on `side`'s `conn` with `wc` (its `wr_id`
     /// replaced) and `payload` cut to the receive's buffer. False if none is posted.
-    pub(crate) fn inject_recv(&mut self, side: Side, conn: Conn, mut wc: Wc, payload: &[u8]) -> bool {
-        let Some(qp) = self.qp_of(side, conn) else { return false };
+    pub(crate) fn inject_recv(
+        &mut self,
+        side: Side,
+        conn: Conn,
+        mut wc: Wc,
+        payload: &[u8],
+    ) -> bool {
+        let Some(qp) = self.qp_of(side, conn) else {
+            return false;
+        };
         let Some((wr_id, buf)) = self.qps[qp].end(side).recvs.pop_front() else {
             return false;
         };
@@ -437,7 +467,9 @@ impl Net {
 
     fn reject(&mut self, token: CmToken, pdata: &[u8; 56]) {
         let qp = token as usize;
-        let Some(q) = self.qps.get_mut(qp) else { return };
+        let Some(q) = self.qps.get_mut(qp) else {
+            return;
+        };
         if q.life != QpLife::Connecting {
             return;
         }
@@ -624,7 +656,10 @@ impl Net {
             }
             let lat = self.links[link].latency;
             self.qps[qp].life = QpLife::Closed;
-            for (side, at) in [(Side::Server, self.now), (Side::Client, self.now.saturating_add(lat))] {
+            for (side, at) in [
+                (Side::Server, self.now),
+                (Side::Client, self.now.saturating_add(lat)),
+            ] {
                 if let Some(conn) = self.qps[qp].end(side).conn {
                     self.push(
                         at,
@@ -655,7 +690,13 @@ impl Net {
     // Posting and delivery
     // ---------------------------------------------------------------------------------------
 
-    fn post_recv(&mut self, side: Side, conn: Conn, wr_id: u64, buf: RecvBuf) -> Result<(), PostError> {
+    fn post_recv(
+        &mut self,
+        side: Side,
+        conn: Conn,
+        wr_id: u64,
+        buf: RecvBuf,
+    ) -> Result<(), PostError> {
         let Some(qp) = self.qp_of(side, conn) else {
             return Err(PostError {
                 index: 0,
@@ -699,7 +740,15 @@ impl Net {
     }
 
     fn completion(&mut self, side: Side, conn: Conn, at: Instant, wc: Wc, payload: Vec<u8>) {
-        self.push(at, Ev::Wc { side, conn, wc, payload });
+        self.push(
+            at,
+            Ev::Wc {
+                side,
+                conn,
+                wc,
+                payload,
+            },
+        );
     }
 
     fn local_done(&mut self, side: Side, conn: Conn, wr_id: u64, signaled: bool, status: WcStatus) {
@@ -729,7 +778,16 @@ impl Net {
         };
         self.posted[side as usize] += chain.len() as u64;
         if side == Side::Server && self.record_server_chains {
-            let names = chain.iter().map(|w| format!("{w:?}").split_whitespace().next().unwrap_or("").to_string()).collect();
+            let names = chain
+                .iter()
+                .map(|w| {
+                    format!("{w:?}")
+                        .split_whitespace()
+                        .next()
+                        .unwrap_or("")
+                        .to_string()
+                })
+                .collect();
             self.server_chains.push((conn, names));
         }
         let link = self.qps[qp].link;
@@ -773,7 +831,13 @@ impl Net {
     }
 
     /// Executes a local work request, or gathers a remote one's payload.
-    fn gather(&mut self, side: Side, conn: Conn, link: usize, w: &Wr<'_>) -> Result<Option<Flight>, WcStatus> {
+    fn gather(
+        &mut self,
+        side: Side,
+        conn: Conn,
+        link: usize,
+        w: &Wr<'_>,
+    ) -> Result<Option<Flight>, WcStatus> {
         let wr_id = w.wr_id();
         let signaled = w.signaled();
         let op = match *w {
@@ -799,12 +863,20 @@ impl Net {
                 let mut bytes = Vec::new();
                 if let Some(sge) = data {
                     let k = self.ckeys.get(&sge.lkey).ok_or(WcStatus::LocProtErr)?;
-                    let end = sge.addr.checked_add(u64::from(sge.length)).ok_or(WcStatus::LocProtErr)?;
+                    let end = sge
+                        .addr
+                        .checked_add(u64::from(sge.length))
+                        .ok_or(WcStatus::LocProtErr)?;
                     if k.link != link || sge.addr < k.addr || end > k.addr + k.len {
                         return Err(WcStatus::LocProtErr);
                     }
-                    let r = mem_range(CLIENT_DATA_AT, self.data.len(), sge.addr, u64::from(sge.length))
-                        .ok_or(WcStatus::LocProtErr)?;
+                    let r = mem_range(
+                        CLIENT_DATA_AT,
+                        self.data.len(),
+                        sge.addr,
+                        u64::from(sge.length),
+                    )
+                    .ok_or(WcStatus::LocProtErr)?;
                     bytes.extend_from_slice(&self.data[r]);
                 }
                 let at = usize::from(slot) * self.iu_slot;
@@ -846,7 +918,9 @@ impl Net {
                 }
                 return Ok(None);
             }
-            Wr::WriteChunk { chunk, len, remote, .. } => {
+            Wr::WriteChunk {
+                chunk, len, remote, ..
+            } => {
                 let sess = self.server_sess(conn).ok_or(WcStatus::LocProtErr)?;
                 let cs = self.chunk_size as usize;
                 if len as usize > cs {
@@ -868,7 +942,9 @@ impl Net {
             },
             Wr::RegChunk { chunk, key, .. } => {
                 let sess = self.server_sess(conn).ok_or(WcStatus::LocProtErr)?;
-                let addr = SERVER_CHUNKS_AT + (u64::from(sess.idx) << 36) + u64::from(chunk) * u64::from(self.chunk_size);
+                let addr = SERVER_CHUNKS_AT
+                    + (u64::from(sess.idx) << 36)
+                    + u64::from(chunk) * u64::from(self.chunk_size);
                 // The chunk's registration on this path now answers to `key` only.
                 if let Some(old) = self.chunk_keys.insert((conn.path, addr), key) {
                     self.skeys.remove(&old);
@@ -889,7 +965,11 @@ impl Net {
                 inv: None,
             },
         };
-        Ok(Some(Flight { wr_id, signaled, op }))
+        Ok(Some(Flight {
+            wr_id,
+            signaled,
+            op,
+        }))
     }
 
     fn server_sess(&self, conn: Conn) -> Option<SessId> {
@@ -911,8 +991,12 @@ impl Net {
             self.fail_head(qp, from, at, WcStatus::RetryExcErr);
             return;
         }
-        let Some(f) = self.qps[qp].end(from).out.front().cloned() else { return };
-        let (Some(from_conn), Some(to_conn)) = (self.qps[qp].end(from).conn, self.qps[qp].end(to).conn) else {
+        let Some(f) = self.qps[qp].end(from).out.front().cloned() else {
+            return;
+        };
+        let (Some(from_conn), Some(to_conn)) =
+            (self.qps[qp].end(from).conn, self.qps[qp].end(to).conn)
+        else {
             return;
         };
         if self.qps[qp].end(to).error {
@@ -939,7 +1023,10 @@ impl Net {
         };
         // Remote access checks, then placement.
         let placed = match &f.op {
-            FlightOp::WriteImm { addr, rkey, bytes, .. } | FlightOp::Write { addr, rkey, bytes } => {
+            FlightOp::WriteImm {
+                addr, rkey, bytes, ..
+            }
+            | FlightOp::Write { addr, rkey, bytes } => {
                 if bytes.is_empty() {
                     Ok(())
                 } else {
@@ -1039,7 +1126,15 @@ impl Net {
         }
     }
 
-    fn remote_write(&mut self, to: Side, to_conn: Conn, link: usize, addr: u64, rkey: u32, bytes: &[u8]) -> Result<(), WcStatus> {
+    fn remote_write(
+        &mut self,
+        to: Side,
+        to_conn: Conn,
+        link: usize,
+        addr: u64,
+        rkey: u32,
+        bytes: &[u8],
+    ) -> Result<(), WcStatus> {
         let len = bytes.len() as u64;
         match to {
             Side::Server => {
@@ -1048,7 +1143,11 @@ impl Net {
                 if k.path != to_conn.path || addr < k.addr || end > k.addr + k.len {
                     return Err(WcStatus::RemAccessErr);
                 }
-                let sess = self.path_sess.get(&to_conn.path).copied().ok_or(WcStatus::RemAccessErr)?;
+                let sess = self
+                    .path_sess
+                    .get(&to_conn.path)
+                    .copied()
+                    .ok_or(WcStatus::RemAccessErr)?;
                 let base = SERVER_CHUNKS_AT + (u64::from(sess.idx) << 36);
                 let mem = self.chunks.get_mut(&sess).ok_or(WcStatus::RemAccessErr)?;
                 let r = mem_range(base, mem.len(), addr, len).ok_or(WcStatus::RemAccessErr)?;
@@ -1061,7 +1160,8 @@ impl Net {
                 if !k.remote || k.link != link || addr < k.addr || end > k.addr + k.len {
                     return Err(WcStatus::RemAccessErr);
                 }
-                let r = mem_range(CLIENT_DATA_AT, self.data.len(), addr, len).ok_or(WcStatus::RemAccessErr)?;
+                let r = mem_range(CLIENT_DATA_AT, self.data.len(), addr, len)
+                    .ok_or(WcStatus::RemAccessErr)?;
                 self.data[r].copy_from_slice(bytes);
                 Ok(())
             }
@@ -1075,7 +1175,9 @@ impl Net {
     /// Chunk `chunk` of `sess`, read-only (the handler's view; tests).
     pub fn chunk(&self, sess: SessId, chunk: u16) -> Option<&[u8]> {
         let cs = self.chunk_size as usize;
-        self.chunks.get(&sess)?.get(usize::from(chunk) * cs..(usize::from(chunk) + 1) * cs)
+        self.chunks
+            .get(&sess)?
+            .get(usize::from(chunk) * cs..(usize::from(chunk) + 1) * cs)
     }
 
     /// Chunk `chunk` of `sess`, writable (the handler fills READ answers).
@@ -1103,7 +1205,8 @@ impl Net {
 
     /// Receives posted on one side's connection.
     pub fn recvs_posted(&self, side: Side, conn: Conn) -> usize {
-        self.qp_of(side, conn).map_or(0, |q| self.qps[q].clone_end_len(side))
+        self.qp_of(side, conn)
+            .map_or(0, |q| self.qps[q].clone_end_len(side))
     }
 }
 
@@ -1138,17 +1241,28 @@ impl ClientIo for ClientSide<'_> {
         self.0.post_recv(Side::Client, conn, wr_id, buf)
     }
 
-    fn map_data(&mut self, conn: Conn, slot: u16, data: &DataRef, _dir: Dir) -> Result<Mapped, i32> {
+    fn map_data(
+        &mut self,
+        conn: Conn,
+        slot: u16,
+        data: &DataRef,
+        _dir: Dir,
+    ) -> Result<Mapped, i32> {
         let net = &mut *self.0;
         let link = net.link_for(conn.path);
-        let addr = CLIENT_DATA_AT.checked_add(data.offset).ok_or(libc::EFAULT)?;
-        if mem_range(CLIENT_DATA_AT, net.data.len(), addr, u64::from(data.len)).is_none() || data.region != 0 {
+        let addr = CLIENT_DATA_AT
+            .checked_add(data.offset)
+            .ok_or(libc::EFAULT)?;
+        if mem_range(CLIENT_DATA_AT, net.data.len(), addr, u64::from(data.len)).is_none()
+            || data.region != 0
+        {
             return Err(libc::EFAULT);
         }
         if net.per_io_registration {
             let rot = net.window_rot.entry((link, slot)).or_insert(0);
             *rot = rot.wrapping_add(1);
-            let key = 0x8000_0000 | ((link as u32) << 24) | (u32::from(slot) << 8) | u32::from(*rot);
+            let key =
+                0x8000_0000 | ((link as u32) << 24) | (u32::from(slot) << 8) | u32::from(*rot);
             return Ok(Mapped {
                 addr,
                 lkey: key,
@@ -1187,7 +1301,13 @@ impl ClientIo for ClientSide<'_> {
 pub struct ServerSide<'a>(pub &'a mut Net);
 
 impl ServerIo for ServerSide<'_> {
-    fn accept(&mut self, req: CmToken, conn: Conn, _sizes: QpSizes, private_data: &[u8; 56]) -> Result<(), i32> {
+    fn accept(
+        &mut self,
+        req: CmToken,
+        conn: Conn,
+        _sizes: QpSizes,
+        private_data: &[u8; 56],
+    ) -> Result<(), i32> {
         self.0.accept(req, conn, private_data)
     }
 
@@ -1211,11 +1331,18 @@ impl ServerIo for ServerSide<'_> {
         self.0.post_recv(Side::Server, conn, wr_id, buf)
     }
 
-    fn create_session(&mut self, sess: SessId, queue_depth: u16, chunk_size: u32) -> Result<(), i32> {
+    fn create_session(
+        &mut self,
+        sess: SessId,
+        queue_depth: u16,
+        chunk_size: u32,
+    ) -> Result<(), i32> {
         let net = &mut *self.0;
         net.chunk_size = chunk_size;
-        net.chunks
-            .insert(sess, vec![0; usize::from(queue_depth) * chunk_size as usize]);
+        net.chunks.insert(
+            sess,
+            vec![0; usize::from(queue_depth) * chunk_size as usize],
+        );
         Ok(())
     }
 
@@ -1223,7 +1350,13 @@ impl ServerIo for ServerSide<'_> {
         self.0.chunks.remove(&sess);
     }
 
-    fn map_chunks(&mut self, sess: SessId, path: PathId, per_chunk: bool, table: &mut Vec<SgDesc>) -> Result<(), i32> {
+    fn map_chunks(
+        &mut self,
+        sess: SessId,
+        path: PathId,
+        per_chunk: bool,
+        table: &mut Vec<SgDesc>,
+    ) -> Result<(), i32> {
         let net = &mut *self.0;
         let mem = net.chunks.get(&sess).ok_or(-libc::ENOENT)?;
         let cs = u64::from(net.chunk_size);
@@ -1233,7 +1366,7 @@ impl ServerIo for ServerSide<'_> {
         table.clear();
         let regions = if per_chunk {
             qd
-        } else if qd % 4 == 0 {
+        } else if qd.is_multiple_of(4) {
             4
         } else {
             1
@@ -1267,7 +1400,13 @@ impl ServerIo for ServerSide<'_> {
         Ok(())
     }
 
-    fn read_chunk(&mut self, sess: SessId, chunk: u16, off: u32, out: &mut [u8]) -> Result<(), OutOfBounds> {
+    fn read_chunk(
+        &mut self,
+        sess: SessId,
+        chunk: u16,
+        off: u32,
+        out: &mut [u8],
+    ) -> Result<(), OutOfBounds> {
         let net = &mut *self.0;
         let cs = net.chunk_size as usize;
         let end = off as usize + out.len();

@@ -99,7 +99,9 @@ impl Posted {
                 p.kind = "LocalInv";
                 p.key = Some(key);
             }
-            Wr::WriteChunk { chunk, len, remote, .. } => {
+            Wr::WriteChunk {
+                chunk, len, remote, ..
+            } => {
                 p.kind = "WriteChunk";
                 p.slot = Some(chunk);
                 p.len = Some(len);
@@ -184,7 +186,8 @@ impl Recorder {
         if let Some(e) = self.fail_posts {
             return Err(e);
         }
-        self.calls.push(Call::Send(conn, chain.iter().map(Posted::of).collect()));
+        self.calls
+            .push(Call::Send(conn, chain.iter().map(Posted::of).collect()));
         Ok(())
     }
 
@@ -219,7 +222,13 @@ impl ClientIo for Recorder {
         self.recv(conn, wr_id, buf)
     }
 
-    fn map_data(&mut self, _conn: Conn, _slot: u16, data: &DataRef, _dir: Dir) -> Result<Mapped, i32> {
+    fn map_data(
+        &mut self,
+        _conn: Conn,
+        _slot: u16,
+        data: &DataRef,
+        _dir: Dir,
+    ) -> Result<Mapped, i32> {
         let addr = 0x7000_0000_0000 + data.offset;
         if self.per_io_registration {
             self.next_key += 1;
@@ -243,13 +252,21 @@ impl ClientIo for Recorder {
         let n = self.iu_size;
         let b = self.iu.entry(slot).or_insert_with(|| vec![0; n]);
         let end = (off as usize).checked_add(bytes.len()).ok_or(OutOfBounds)?;
-        b.get_mut(off as usize..end).ok_or(OutOfBounds)?.copy_from_slice(bytes);
+        b.get_mut(off as usize..end)
+            .ok_or(OutOfBounds)?
+            .copy_from_slice(bytes);
         Ok(())
     }
 }
 
 impl ServerIo for Recorder {
-    fn accept(&mut self, req: CmToken, conn: Conn, _sizes: QpSizes, private_data: &[u8; 56]) -> Result<(), i32> {
+    fn accept(
+        &mut self,
+        req: CmToken,
+        conn: Conn,
+        _sizes: QpSizes,
+        private_data: &[u8; 56],
+    ) -> Result<(), i32> {
         self.calls.push(Call::Accept(req, conn, *private_data));
         Ok(())
     }
@@ -271,10 +288,17 @@ impl ServerIo for Recorder {
         self.recv(conn, wr_id, buf)
     }
 
-    fn create_session(&mut self, sess: SessId, queue_depth: u16, chunk_size: u32) -> Result<(), i32> {
+    fn create_session(
+        &mut self,
+        sess: SessId,
+        queue_depth: u16,
+        chunk_size: u32,
+    ) -> Result<(), i32> {
         self.chunk_size = chunk_size;
-        self.chunks
-            .insert(sess, vec![0; usize::from(queue_depth) * chunk_size as usize]);
+        self.chunks.insert(
+            sess,
+            vec![0; usize::from(queue_depth) * chunk_size as usize],
+        );
         self.calls.push(Call::CreateSession(sess));
         Ok(())
     }
@@ -284,7 +308,13 @@ impl ServerIo for Recorder {
         self.calls.push(Call::FreeSession(sess));
     }
 
-    fn map_chunks(&mut self, sess: SessId, path: PathId, per_chunk: bool, table: &mut Vec<SgDesc>) -> Result<(), i32> {
+    fn map_chunks(
+        &mut self,
+        sess: SessId,
+        path: PathId,
+        per_chunk: bool,
+        table: &mut Vec<SgDesc>,
+    ) -> Result<(), i32> {
         let mem = self.chunks.get(&sess).ok_or(-libc::ENOENT)?;
         let cs = u64::from(self.chunk_size);
         let qd = mem.len() as u64 / cs;
@@ -301,7 +331,13 @@ impl ServerIo for Recorder {
         Ok(())
     }
 
-    fn read_chunk(&mut self, sess: SessId, chunk: u16, off: u32, out: &mut [u8]) -> Result<(), OutOfBounds> {
+    fn read_chunk(
+        &mut self,
+        sess: SessId,
+        chunk: u16,
+        off: u32,
+        out: &mut [u8],
+    ) -> Result<(), OutOfBounds> {
         let cs = self.chunk_size as usize;
         let end = (off as usize).checked_add(out.len()).ok_or(OutOfBounds)?;
         if end > cs {

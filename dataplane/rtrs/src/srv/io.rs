@@ -106,7 +106,13 @@ pub trait ServerIo {
     ///
     /// # Errors
     /// A negative errno: the server then rejects the request and closes the path.
-    fn accept(&mut self, req: CmToken, conn: Conn, sizes: QpSizes, private_data: &[u8; 56]) -> Result<(), i32>;
+    fn accept(
+        &mut self,
+        req: CmToken,
+        conn: Conn,
+        sizes: QpSizes,
+        private_data: &[u8; 56],
+    ) -> Result<(), i32>;
 
     /// Rejects the request `req` with `private_data` (a `conn_rsp` carrying the errno).
     fn reject(&mut self, req: CmToken, private_data: &[u8; 56]);
@@ -132,7 +138,12 @@ pub trait ServerIo {
     ///
     /// # Errors
     /// A negative errno (`-ENOMEM`): the connect request is rejected with it.
-    fn create_session(&mut self, sess: SessId, queue_depth: u16, chunk_size: u32) -> Result<(), i32>;
+    fn create_session(
+        &mut self,
+        sess: SessId,
+        queue_depth: u16,
+        chunk_size: u32,
+    ) -> Result<(), i32>;
 
     /// Frees a session's chunks (its last path is gone).
     fn free_session(&mut self, sess: SessId);
@@ -145,12 +156,24 @@ pub trait ServerIo {
     ///
     /// # Errors
     /// A negative errno: the connect request is rejected with it.
-    fn map_chunks(&mut self, sess: SessId, path: PathId, per_chunk: bool, table: &mut Vec<SgDesc>) -> Result<(), i32>;
+    fn map_chunks(
+        &mut self,
+        sess: SessId,
+        path: PathId,
+        per_chunk: bool,
+        table: &mut Vec<SgDesc>,
+    ) -> Result<(), i32>;
 
     /// Reads `out.len()` bytes at `off` of chunk `chunk` of `sess` (remote-writable memory:
     /// the driver copies, it never hands out a reference).
     ///
     /// # Errors
     /// [`OutOfBounds`] if the range is outside the chunk.
-    fn read_chunk(&mut self, sess: SessId, chunk: u16, off: u32, out: &mut [u8]) -> Result<(), OutOfBounds>;
+    fn read_chunk(
+        &mut self,
+        sess: SessId,
+        chunk: u16,
+        off: u32,
+        out: &mut [u8],
+    ) -> Result<(), OutOfBounds>;
 }

@@ -35,8 +35,8 @@ use crate::error::{PathError, RtrsError};
 use crate::stats::ServerPathStats;
 use crate::timer::{HB_INTERVAL, HB_MISSED_MAX, Heartbeat, Instant};
 use crate::wire::{
-    ConnReq, ConnReqRepr, ConnRspRepr, DEFAULT_MAX_CHUNK_SIZE, DEFAULT_MAX_HDR_SIZE, DEFAULT_QUEUE_DEPTH,
-    Geometry, MAX_PATHS, MIN_CHUNK_SIZE, MSG_NEW_RKEY_F, PROTO_VER, PathName,
+    ConnReq, ConnReqRepr, ConnRspRepr, DEFAULT_MAX_CHUNK_SIZE, DEFAULT_MAX_HDR_SIZE,
+    DEFAULT_QUEUE_DEPTH, Geometry, MAX_PATHS, MIN_CHUNK_SIZE, MSG_NEW_RKEY_F, PROTO_VER, PathName,
 };
 use crate::work::{CmEvent, Conn, PathId, Wc};
 
@@ -92,7 +92,9 @@ impl ServerConfig {
             return Err(RtrsError::Config("queue_depth must be in 1..=65535"));
         }
         if self.chunk_size < MIN_CHUNK_SIZE || !self.chunk_size.is_power_of_two() {
-            return Err(RtrsError::Config("chunk_size must be a power of two of at least 8192"));
+            return Err(RtrsError::Config(
+                "chunk_size must be a power of two of at least 8192",
+            ));
         }
         if self.max_hdr_size < 24 || self.max_hdr_size >= self.chunk_size {
             return Err(RtrsError::Config("max_hdr_size must be in 24..chunk_size"));
@@ -192,13 +194,20 @@ impl Server {
             queue_depth: self.cfg.queue_depth,
             max_io_size: self.cfg.chunk_size - self.cfg.max_hdr_size,
             max_hdr_size: self.cfg.max_hdr_size,
-            flags: if self.cfg.always_invalidate { MSG_NEW_RKEY_F } else { 0 },
+            flags: if self.cfg.always_invalidate {
+                MSG_NEW_RKEY_F
+            } else {
+                0
+            },
         }
     }
 
     fn reject(&mut self, token: CmToken, errno: i32, io: &mut impl ServerIo) {
         self.stats.rejected += 1;
-        io.reject(token, &ConnRspRepr::reject(-(errno.unsigned_abs() as i16)).to_bytes());
+        io.reject(
+            token,
+            &ConnRspRepr::reject(-(errno.unsigned_abs() as i16)).to_bytes(),
+        );
     }
 
     /// `rtrs_rdma_connect`: a connect request with its private data; `addr` identifies its
@@ -212,12 +221,10 @@ impl Server {
         private_data: &[u8],
         io: &mut impl ServerIo,
     ) {
-        let req = match ConnReq::new_checked(private_data).and_then(|p| ConnReqRepr::parse(&p)) {
-            Ok(r) => r,
-            Err(_) => {
-                self.stats.malformed_conn_reqs += 1;
-                return self.reject(token, libc::ECONNRESET, io);
-            }
+        let Ok(req) = ConnReq::new_checked(private_data).and_then(|p| ConnReqRepr::parse(&p))
+        else {
+            self.stats.malformed_conn_reqs += 1;
+            return self.reject(token, libc::ECONNRESET, io);
         };
         // get_or_create_srv
         let s = match self
@@ -232,9 +239,13 @@ impl Server {
                 Err(e) => return self.reject(token, e, io),
             },
         };
-        let found = self.sessions[s]
-            .as_ref()
-            .and_then(|ss| ss.paths.iter().copied().find(|&p| self.paths[p].as_ref().is_some_and(|x| x.uuid == req.path_uuid)));
+        let found = self.sessions[s].as_ref().and_then(|ss| {
+            ss.paths.iter().copied().find(|&p| {
+                self.paths[p]
+                    .as_ref()
+                    .is_some_and(|x| x.uuid == req.path_uuid)
+            })
+        });
         let p = match found {
             Some(p) => {
                 let path = self.paths[p].as_mut().expect("listed in its session");
@@ -270,8 +281,15 @@ impl Server {
         let rsp = self.accept_rsp().to_bytes();
         if let Err(e) = io.accept(token, conn, sizes, &rsp) {
             self.stats.rejected += 1;
-            io.reject(token, &ConnRspRepr::reject(-(e.unsigned_abs() as i16)).to_bytes());
-            self.close_idx(p, PathError::Post(dp_fabric::PostErrorKind::Unsupported), io);
+            io.reject(
+                token,
+                &ConnRspRepr::reject(-(e.unsigned_abs() as i16)).to_bytes(),
+            );
+            self.close_idx(
+                p,
+                PathError::Post(dp_fabric::PostErrorKind::Unsupported),
+                io,
+            );
             return;
         }
         let always = self.cfg.always_invalidate;
@@ -309,19 +327,32 @@ impl Server {
     }
 
     fn put_session_if_empty(&mut self, s: usize, io: &mut impl ServerIo) {
-        if self.sessions[s].as_ref().is_some_and(|ss| ss.paths.is_empty()) {
+        if self.sessions[s]
+            .as_ref()
+            .is_some_and(|ss| ss.paths.is_empty())
+        {
             let ss = self.sessions[s].take().expect("checked");
             io.free_session(ss.id);
         }
     }
 
     /// `__alloc_path`: a new path of session `s`, its chunks mapped.
-    fn alloc_path(&mut self, s: usize, req: &ConnReqRepr, addr: u128, io: &mut impl ServerIo) -> Result<usize, i32> {
+    fn alloc_path(
+        &mut self,
+        s: usize,
+        req: &ConnReqRepr,
+        addr: u128,
+        io: &mut impl ServerIo,
+    ) -> Result<usize, i32> {
         let ss = self.sessions[s].as_ref().expect("caller found it");
         if ss.paths.len() >= MAX_PATHS {
             return Err(libc::ECONNRESET);
         }
-        if ss.paths.iter().any(|&p| self.paths[p].as_ref().is_some_and(|x| x.addr == addr)) {
+        if ss
+            .paths
+            .iter()
+            .any(|&p| self.paths[p].as_ref().is_some_and(|x| x.addr == addr))
+        {
             return Err(libc::EEXIST);
         }
         let sess = ss.id;
@@ -361,7 +392,11 @@ impl Server {
             libc::EINVAL
         })?;
         self.paths[i] = Some(path);
-        self.sessions[s].as_mut().expect("caller found it").paths.push(i);
+        self.sessions[s]
+            .as_mut()
+            .expect("caller found it")
+            .paths
+            .push(i);
         Ok(i)
     }
 
@@ -369,7 +404,9 @@ impl Server {
     /// its path (`rtrs_srv_rdma_cm_handler`).
     pub fn handle_cm(&mut self, now: Instant, conn: Conn, ev: CmEvent<'_>, io: &mut impl ServerIo) {
         let _ = now;
-        let Some(p) = self.path_index(conn.path) else { return };
+        let Some(p) = self.path_index(conn.path) else {
+            return;
+        };
         match ev {
             CmEvent::Established { .. } => {}
             CmEvent::DeviceRemoval => self.close_idx(p, PathError::DeviceRemoval, io),
@@ -379,8 +416,17 @@ impl Server {
 
     /// One completion polled from `conn`'s completion queue, with the bytes a receive
     /// caught.
-    pub fn handle_completion(&mut self, now: Instant, conn: Conn, wc: &Wc, payload: &[u8], io: &mut impl ServerIo) {
-        let Some(p) = self.path_index(conn.path) else { return };
+    pub fn handle_completion(
+        &mut self,
+        now: Instant,
+        conn: Conn,
+        wc: &Wc,
+        payload: &[u8],
+        io: &mut impl ServerIo,
+    ) {
+        let Some(p) = self.path_index(conn.path) else {
+            return;
+        };
         let Self { paths, events, .. } = self;
         let path = paths[p].as_mut().expect("checked");
         let o = path.handle_wc(conn.cid, wc, payload, io, events);
@@ -390,7 +436,9 @@ impl Server {
     /// Runs due heartbeats.
     pub fn handle_timeout(&mut self, now: Instant, io: &mut impl ServerIo) {
         for p in 0..self.paths.len() {
-            let Some(path) = self.paths[p].as_mut() else { continue };
+            let Some(path) = self.paths[p].as_mut() else {
+                continue;
+            };
             let o = path.handle_timeout(now, io);
             self.apply(p, o, now, io);
         }
@@ -398,7 +446,11 @@ impl Server {
 
     /// When [`handle_timeout`](Self::handle_timeout) is next needed.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.paths.iter().flatten().filter_map(ServerPath::poll_timeout).min()
+        self.paths
+            .iter()
+            .flatten()
+            .filter_map(ServerPath::poll_timeout)
+            .min()
     }
 
     /// The next event.
@@ -413,7 +465,13 @@ impl Server {
     /// # Errors
     /// [`RtrsError::StaleOp`] if `op` is not waiting for an answer (answered already, or its
     /// path is gone).
-    pub fn resp_rdma(&mut self, now: Instant, op: OpId, status: i32, io: &mut impl ServerIo) -> Result<Resp, RtrsError> {
+    pub fn resp_rdma(
+        &mut self,
+        now: Instant,
+        op: OpId,
+        status: i32,
+        io: &mut impl ServerIo,
+    ) -> Result<Resp, RtrsError> {
         let _ = now;
         let p = self.path_index(op.path).ok_or(RtrsError::StaleOp)?;
         let path = self.paths[p].as_mut().expect("checked");
@@ -439,7 +497,12 @@ impl Server {
     ///
     /// # Errors
     /// [`RtrsError::NoSuchPath`].
-    pub fn close_path(&mut self, now: Instant, id: PathId, io: &mut impl ServerIo) -> Result<(), RtrsError> {
+    pub fn close_path(
+        &mut self,
+        now: Instant,
+        id: PathId,
+        io: &mut impl ServerIo,
+    ) -> Result<(), RtrsError> {
         let _ = now;
         let p = self.path_index(id).ok_or(RtrsError::NoSuchPath)?;
         self.close_idx(p, PathError::Closed, io);
@@ -467,12 +530,15 @@ impl Server {
                     .paths
                     .iter()
                     .flatten()
-                    .any(|x| x.sess != sess && x.name.as_ref() == Some(&name));
+                    .any(|x| x.sess != sess && x.name.as_ref() == Some(&*name));
                 if taken {
                     self.close_idx(p, PathError::Rejected(-(libc::EPERM as i16)), io);
                     return;
                 }
-                let o = self.paths[p].as_mut().expect("caller checked").accept_info(now, name, io);
+                let o = self.paths[p]
+                    .as_mut()
+                    .expect("caller checked")
+                    .accept_info(now, *name, io);
                 self.apply(p, o, now, io);
             }
             Outcome::Close(e) => {
@@ -489,7 +555,9 @@ impl Server {
         let path = self.paths[p].as_mut().expect("caller checked");
         path.established = true;
         let (id, sess) = (path.id, path.sess);
-        let Some(s) = self.sess_index(sess) else { return };
+        let Some(s) = self.sess_index(sess) else {
+            return;
+        };
         let ss = self.sessions[s].as_mut().expect("checked");
         ss.paths_up += 1;
         if ss.paths_up == 1 {
@@ -498,12 +566,15 @@ impl Server {
                 ev: SrvLinkEv::Connected,
             });
         }
-        self.events.push_back(ServerEvent::PathUp { path: id, sess });
+        self.events
+            .push_back(ServerEvent::PathUp { path: id, sess });
     }
 
     /// `close_path`: CLOSING now; CLOSED once the handler has answered what it holds.
     fn close_idx(&mut self, p: usize, e: PathError, io: &mut impl ServerIo) {
-        let Some(path) = self.paths[p].as_mut() else { return };
+        let Some(path) = self.paths[p].as_mut() else {
+            return;
+        };
         if path.start_close(io) {
             path.last_error = Some(e);
         }
@@ -513,13 +584,17 @@ impl Server {
     /// The rest of `rtrs_srv_close_work` once no request is with the handler: path down,
     /// path gone, session freed with its last path.
     fn finish_close_if_idle(&mut self, p: usize, io: &mut impl ServerIo) {
-        let Some(path) = self.paths[p].as_ref() else { return };
+        let Some(path) = self.paths[p].as_ref() else {
+            return;
+        };
         if path.state != ServerState::Closing || path.busy() != 0 {
             return;
         }
         let mut path = self.paths[p].take().expect("checked");
         path.state = ServerState::Closed;
-        let Some(s) = self.sess_index(path.sess) else { return };
+        let Some(s) = self.sess_index(path.sess) else {
+            return;
+        };
         let ss = self.sessions[s].as_mut().expect("checked");
         ss.paths.retain(|&x| x != p);
         if path.established {
@@ -556,7 +631,12 @@ impl Server {
     pub fn session_paths(&self, sess: SessId) -> Vec<PathId> {
         self.sess_index(sess)
             .and_then(|s| self.sessions[s].as_ref())
-            .map(|ss| ss.paths.iter().filter_map(|&p| self.paths[p].as_ref().map(|x| x.id)).collect())
+            .map(|ss| {
+                ss.paths
+                    .iter()
+                    .filter_map(|&p| self.paths[p].as_ref().map(|x| x.id))
+                    .collect()
+            })
             .unwrap_or_default()
     }
 

@@ -54,7 +54,7 @@ pub enum ServerState {
 }
 
 /// What the server must do after a path call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Outcome {
     None,
     /// CONNECTED now: count it up in its session.
@@ -63,18 +63,30 @@ pub(crate) enum Outcome {
     Close(PathError),
     /// A valid `info_req` with this name: the server checks the name is not another
     /// session's, then calls [`ServerPath::accept_info`].
-    Info(PathName),
+    Info(Box<PathName>),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum OpState {
     Free,
     /// Waiting for our LOCAL_INV of the chunk (always_invalidate) before reading it.
-    Inval { off: u32, cid: u16 },
+    Inval {
+        off: u32,
+        cid: u16,
+    },
     /// With the handler.
-    Handler { dir: Dir, cid: u16, read: Option<RdmaReadRepr> },
+    Handler {
+        dir: Dir,
+        cid: u16,
+        read: Option<RdmaReadRepr>,
+    },
     /// Answered; waiting for send-queue room.
-    Queued { dir: Dir, cid: u16, read: Option<RdmaReadRepr>, status: i32 },
+    Queued {
+        dir: Dir,
+        cid: u16,
+        read: Option<RdmaReadRepr>,
+        status: i32,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -239,7 +251,8 @@ impl ServerPath {
         always_inv: bool,
         io: &mut impl ServerIo,
     ) -> Result<(), PathError> {
-        self.timers.set(T_ESTABLISH, now.saturating_add(ESTABLISH_TIMEOUT));
+        self.timers
+            .set(T_ESTABLISH, now.saturating_add(ESTABLISH_TIMEOUT));
         let s = qp_sizes(cid, self.geom.queue_depth(), always_inv);
         let c = &mut self.conns[usize::from(cid)];
         c.present = true;
@@ -315,14 +328,19 @@ impl ServerPath {
         }
         let n = (wc.byte_len as usize).min(payload.len());
         match InfoReq::new_checked(&payload[..n]).and_then(|p| InfoReqRepr::parse(&p)) {
-            Ok(r) => Outcome::Info(r.pathname),
+            Ok(r) => Outcome::Info(Box::new(r.pathname)),
             Err(b) => self.violation(Violation::Wire(b)),
         }
     }
 
     /// `process_info_req` once the name is known to be free: the IO receives, CONNECTED,
     /// heartbeats, then the `info_rsp`.
-    pub(crate) fn accept_info(&mut self, now: Instant, name: PathName, io: &mut impl ServerIo) -> Outcome {
+    pub(crate) fn accept_info(
+        &mut self,
+        now: Instant,
+        name: PathName,
+        io: &mut impl ServerIo,
+    ) -> Outcome {
         if self.state != ServerState::Connecting {
             return Outcome::None;
         }
@@ -333,7 +351,9 @@ impl ServerPath {
                 u32::from(self.geom.queue_depth())
             };
             for _ in 0..q {
-                if let Err(e) = io.post_recv(self.conn(cid), Self::wr(K_RECV_IO, 0, 0), RecvBuf::Empty) {
+                if let Err(e) =
+                    io.post_recv(self.conn(cid), Self::wr(K_RECV_IO, 0, 0), RecvBuf::Empty)
+                {
                     return Outcome::Close(PathError::Post(e.kind));
                 }
             }
@@ -342,7 +362,8 @@ impl ServerPath {
         self.state = ServerState::Connected;
         self.timers.stop(T_ESTABLISH);
         self.hb.reset();
-        self.timers.set(T_HB, now.saturating_add(self.hb.interval()));
+        self.timers
+            .set(T_HB, now.saturating_add(self.hb.interval()));
         let batch = match self.conns[0].sq.reserve(1, true) {
             Ok(b) => b.unwrap_or(1),
             Err(e) => return Outcome::Close(PathError::Post(e.kind)),
@@ -359,7 +380,13 @@ impl ServerPath {
     }
 
     /// `rtrs_srv_rdma_done` for receives of the IO protocol.
-    fn recv_io(&mut self, cid: u16, wc: &Wc, io: &mut impl ServerIo, events: &mut VecDeque<ServerEvent>) -> Outcome {
+    fn recv_io(
+        &mut self,
+        cid: u16,
+        wc: &Wc,
+        io: &mut impl ServerIo,
+        events: &mut VecDeque<ServerEvent>,
+    ) -> Outcome {
         if let Err(e) = io.post_recv(self.conn(cid), Self::wr(K_RECV_IO, 0, 0), RecvBuf::Empty) {
             return Outcome::Close(PathError::Post(e.kind));
         }
@@ -379,7 +406,13 @@ impl ServerPath {
 
     /// An IO request immediate: chunk and offset checked, the chunk claimed, then (with
     /// always_invalidate) the chunk's key invalidated before its bytes are read.
-    fn io_req(&mut self, cid: u16, payload: u32, io: &mut impl ServerIo, events: &mut VecDeque<ServerEvent>) -> Outcome {
+    fn io_req(
+        &mut self,
+        cid: u16,
+        payload: u32,
+        io: &mut impl ServerIo,
+        events: &mut VecDeque<ServerEvent>,
+    ) -> Outcome {
         if self.state != ServerState::Connected {
             return self.violation(Violation::IoBeforeConnected);
         }
@@ -410,7 +443,12 @@ impl ServerPath {
         self.process_io(chunk, off, cid, io, events)
     }
 
-    fn chunk_invalidated(&mut self, chunk: u16, io: &mut impl ServerIo, events: &mut VecDeque<ServerEvent>) -> Outcome {
+    fn chunk_invalidated(
+        &mut self,
+        chunk: u16,
+        io: &mut impl ServerIo,
+        events: &mut VecDeque<ServerEvent>,
+    ) -> Outcome {
         match self.ops.get(usize::from(chunk)).map(|o| o.st) {
             Some(OpState::Inval { off, cid }) => self.process_io(chunk, off, cid, io, events),
             _ => Outcome::None,
@@ -457,7 +495,10 @@ impl ServerPath {
                 Err(b) => return self.violation(Violation::Wire(b)),
             },
             MsgType::Read => {
-                match RdmaReadRepr::parse(&RdmaRead::new_unchecked(&hdr[..n]), self.geom.chunk_size()) {
+                match RdmaReadRepr::parse(
+                    &RdmaRead::new_unchecked(&hdr[..n]),
+                    self.geom.chunk_size(),
+                ) {
                     Ok(r) => (Dir::Read, r.usr_len, Some(r)),
                     Err(Bad::Truncated) => return self.violation(Violation::HdrOutsideChunk),
                     Err(b) => return self.violation(Violation::Wire(b)),
@@ -536,14 +577,24 @@ impl ServerPath {
     }
 
     /// `rtrs_srv_resp_rdma` on a connected path: the response now, or queued for room.
-    pub(crate) fn respond(&mut self, op: OpId, status: i32, io: &mut impl ServerIo) -> Result<bool, PathError> {
+    pub(crate) fn respond(
+        &mut self,
+        op: OpId,
+        status: i32,
+        io: &mut impl ServerIo,
+    ) -> Result<bool, PathError> {
         let OpState::Handler { dir, cid, read } = self.ops[usize::from(op.chunk)].st else {
             return Ok(true);
         };
         let c = &mut self.conns[usize::from(cid)];
         if !c.waitq.is_empty() || !c.sq.fits(4) {
             c.waitq.push_back(op.chunk);
-            self.ops[usize::from(op.chunk)].st = OpState::Queued { dir, cid, read, status };
+            self.ops[usize::from(op.chunk)].st = OpState::Queued {
+                dir,
+                cid,
+                read,
+                status,
+            };
             self.stats.queued_responses += 1;
             return Ok(false);
         }
@@ -554,8 +605,15 @@ impl ServerPath {
     /// Posts queued responses while the queue has room.
     fn drain_waitq(&mut self, cid: u16, io: &mut impl ServerIo) -> Outcome {
         while self.conns[usize::from(cid)].sq.fits(4) {
-            let Some(chunk) = self.conns[usize::from(cid)].waitq.pop_front() else { break };
-            if let OpState::Queued { dir, cid, read, status } = self.ops[usize::from(chunk)].st
+            let Some(chunk) = self.conns[usize::from(cid)].waitq.pop_front() else {
+                break;
+            };
+            if let OpState::Queued {
+                dir,
+                cid,
+                read,
+                status,
+            } = self.ops[usize::from(chunk)].st
                 && let Err(e) = self.send_rsp(chunk, dir, cid, read, status, io)
             {
                 return Outcome::Close(e);
@@ -588,10 +646,15 @@ impl ServerPath {
         };
         let rsp = IoRsp {
             msg_id: u32::from(chunk),
-            errno: if status == 0 { 0 } else { -(status.unsigned_abs() as i32) },
+            errno: if status == 0 {
+                0
+            } else {
+                -(status.unsigned_abs() as i32)
+            },
         };
         let imm = rsp.imm(need_inval).0;
-        let count = 1 + u32::from(write_data) + u32::from(new_key.is_some()) + u32::from(need_inval);
+        let count =
+            1 + u32::from(write_data) + u32::from(new_key.is_some()) + u32::from(need_inval);
         let batch = self.conns[usize::from(cid)]
             .sq
             .reserve(count, false)
@@ -635,7 +698,11 @@ impl ServerPath {
         chain[n] = Some(match new_key {
             Some(rkey) => Wr::SendImmMsg {
                 wr_id: wid,
-                bytes: RkeyRspRepr { buf_id: chunk, rkey }.to_bytes(),
+                bytes: RkeyRspRepr {
+                    buf_id: chunk,
+                    rkey,
+                }
+                .to_bytes(),
                 imm,
                 signaled: sig,
             },
@@ -651,7 +718,8 @@ impl ServerPath {
             flat[k] = w.expect("filled above");
         }
         self.release(chunk);
-        io.post_send(self.conn(cid), &flat[..n]).map_err(|e| PathError::Post(e.kind))
+        io.post_send(self.conn(cid), &flat[..n])
+            .map_err(|e| PathError::Post(e.kind))
     }
 
     // ---------------------------------------------------------------------------------------
@@ -675,7 +743,8 @@ impl ServerPath {
                     }
                 }
             }
-            self.timers.set(T_HB, now.saturating_add(self.hb.interval()));
+            self.timers
+                .set(T_HB, now.saturating_add(self.hb.interval()));
         }
         Outcome::None
     }
@@ -697,7 +766,10 @@ impl ServerPath {
             c.sq.reset();
         }
         for k in 0..self.ops.len() {
-            if matches!(self.ops[k].st, OpState::Inval { .. } | OpState::Queued { .. }) {
+            if matches!(
+                self.ops[k].st,
+                OpState::Inval { .. } | OpState::Queued { .. }
+            ) {
                 self.release(k as u16);
             }
         }

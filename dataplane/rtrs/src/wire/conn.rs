@@ -185,7 +185,11 @@ impl ConnReqRepr {
         let b = p.bm();
         b[req_field::SESS_UUID].copy_from_slice(&self.path_uuid);
         b[req_field::PATHS_UUID].copy_from_slice(&self.sess_uuid);
-        b[req_field::FLAGS] = if self.first_conn { super::FIRST_CONN } else { 0 };
+        b[req_field::FLAGS] = if self.first_conn {
+            super::FIRST_CONN
+        } else {
+            0
+        };
         b[req_field::RESERVED].fill(0);
     }
 

@@ -14,7 +14,11 @@ use super::{Bad, MAX_QUEUE_DEPTH, Result};
 /// `n <= 1` (Linux's `ilog2(0)` is -1).
 #[inline]
 pub const fn bits(n: u32) -> u32 {
-    if n <= 1 { 0 } else { 32 - (n - 1).leading_zeros() }
+    if n <= 1 {
+        0
+    } else {
+        32 - (n - 1).leading_zeros()
+    }
 }
 
 /// A negotiated queue depth and chunk size, checked against the 28-bit budget.

@@ -42,7 +42,11 @@ impl PathName {
 
 impl core::fmt::Debug for PathName {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "PathName({:?})", String::from_utf8_lossy(self.as_bytes()))
+        write!(
+            f,
+            "PathName({:?})",
+            String::from_utf8_lossy(self.as_bytes())
+        )
     }
 }
 

@@ -139,7 +139,9 @@ impl Bad {
             Self::ChunkSize => "max_io_size + max_hdr_size is 0 or overflows",
             Self::ImmBudget => "queue depth and chunk size exceed the 28-bit immediate payload",
             Self::PathName => "path name is empty or holds '/', '.' or NUL",
-            Self::SgCount => "chunk table has no descriptors or their count does not divide the queue depth",
+            Self::SgCount => {
+                "chunk table has no descriptors or their count does not divide the queue depth"
+            }
             Self::SgLen => "chunk table descriptor length is 0 or not a multiple of the chunk size",
             Self::SgTotal => "chunk table does not cover exactly queue_depth chunks",
             Self::SgWraps => "chunk table region wraps the address space",

@@ -59,7 +59,11 @@ fn test_conn_req_checks() {
     assert_eq!(parse(&b), Err(Bad::Version), "major 3 is refused");
     let mut b = good;
     b[4] = 7;
-    assert_eq!(parse(&b).unwrap().version, 0x0207, "only the major is compared");
+    assert_eq!(
+        parse(&b).unwrap().version,
+        0x0207,
+        "only the major is compared"
+    );
     let mut b = good;
     b[8..10].copy_from_slice(&4097u16.to_le_bytes());
     assert_eq!(parse(&b), Err(Bad::ConnNum), "cid_num above 4096");
@@ -75,7 +79,10 @@ fn test_conn_req_checks() {
     assert!(!parse(&b).unwrap().first_conn, "reserved bits are ignored");
     let mut long = [0u8; 64];
     long[..56].copy_from_slice(&good);
-    assert!(parse(&long).is_ok(), "longer private data (zero padding) is accepted");
+    assert!(
+        parse(&long).is_ok(),
+        "longer private data (zero padding) is accepted"
+    );
 }
 
 /// The accept of Linux 6.1 with its defaults (kernel-peers README): `bd 1b 00 02 00 00 00 02
@@ -103,7 +110,11 @@ fn test_conn_rsp_kernel_bytes() {
     assert!(r.new_rkey());
     let g = r.check_accept().unwrap();
     assert_eq!(g.chunk_size(), 131_072);
-    assert_eq!(g.mem_bits(), 19, "qd 512: 9 bits of chunk index, 19 of offset");
+    assert_eq!(
+        g.mem_bits(),
+        19,
+        "qd 512: 9 bits of chunk index, 19 of offset"
+    );
     assert_eq!(r.to_bytes(), b);
 }
 
@@ -143,7 +154,10 @@ fn test_conn_rsp_check_accept() {
     );
     let mut r = ok;
     r.queue_depth = 2048;
-    assert!(r.check_accept().is_ok(), "11 + 17 bits: the largest qd with 128 KiB chunks");
+    assert!(
+        r.check_accept().is_ok(),
+        "11 + 17 bits: the largest qd with 128 KiB chunks"
+    );
 }
 
 #[test]
@@ -185,7 +199,11 @@ fn test_imm_encodings() {
     assert_eq!(Imm::HB_MSG.0, 0x8000_0000);
     assert_eq!(Imm::HB_ACK.0, 0x9000_0000);
     assert_eq!(Imm::io_req(0x0123_4567).0, 0x0123_4567);
-    assert_eq!(Imm::new(1, 0xFFFF_FFFF).0, 0x1FFF_FFFF, "payload truncated to 28 bits");
+    assert_eq!(
+        Imm::new(1, 0xFFFF_FFFF).0,
+        0x1FFF_FFFF,
+        "payload truncated to 28 bits"
+    );
     assert_eq!(Imm(0x8000_0000).ty(), ImmType::HbMsg);
     assert_eq!(Imm(0x5000_0000).ty(), ImmType::Unknown(5));
     // IO response: 9 bits of |errno| << 19 | 19 bits of msg_id.
@@ -325,9 +343,17 @@ fn test_info_rsp_bad_tables() {
         Err(Bad::SgCount),
         "3 does not divide 8"
     );
-    assert_eq!(check(&[d(0, 8192 * 8 + 1)]), Err(Bad::SgLen), "not a multiple");
+    assert_eq!(
+        check(&[d(0, 8192 * 8 + 1)]),
+        Err(Bad::SgLen),
+        "not a multiple"
+    );
     assert_eq!(check(&[d(0, 0), d(0, 8192 * 8)]), Err(Bad::SgLen), "empty");
-    assert_eq!(check(&[d(0, 8192 * 4), d(0, 8192 * 2)]), Err(Bad::SgTotal), "too few");
+    assert_eq!(
+        check(&[d(0, 8192 * 4), d(0, 8192 * 2)]),
+        Err(Bad::SgTotal),
+        "too few"
+    );
     assert_eq!(check(&[d(0, 8192 * 16)]), Err(Bad::SgTotal), "too many");
     assert_eq!(
         check(&[d(u64::MAX - 8192, 8192 * 8)]),
@@ -358,7 +384,10 @@ fn test_rkey_rsp_bytes() {
     };
     let b = r.to_bytes();
     assert_eq!(b, [4, 0, 0x02, 0x01, 0x0d, 0x0c, 0x0b, 0x0a]);
-    assert_eq!(RkeyRspRepr::parse(&RkeyRsp::new_checked(&b[..]).unwrap()), Ok(r));
+    assert_eq!(
+        RkeyRspRepr::parse(&RkeyRsp::new_checked(&b[..]).unwrap()),
+        Ok(r)
+    );
     let mut wrong = b;
     wrong[0] = 1;
     assert_eq!(
@@ -378,7 +407,11 @@ fn test_rdma_write_bytes() {
         Ok(RdmaWriteRepr { usr_len: 32 })
     );
     assert_eq!(data_len(4096 + 32, 32), Ok(4096));
-    assert_eq!(data_len(31, 32), Err(Bad::UsrLen), "usr_len beyond the offset");
+    assert_eq!(
+        data_len(31, 32),
+        Err(Bad::UsrLen),
+        "usr_len beyond the offset"
+    );
 }
 
 #[test]
@@ -436,7 +469,11 @@ fn test_rdma_read_checks() {
     let mut two = b;
     two[6] = 2;
     assert_eq!(parse(&two, 8192), Err(Bad::ReadSgCount));
-    assert_eq!(parse(&b[..23], 8192), Err(Bad::Truncated), "descriptor cut off");
+    assert_eq!(
+        parse(&b[..23], 8192),
+        Err(Bad::Truncated),
+        "descriptor cut off"
+    );
     let mut w = b;
     w[0] = 2;
     assert_eq!(parse(&w, 8192), Err(Bad::MsgType));
@@ -444,7 +481,10 @@ fn test_rdma_read_checks() {
 
 #[test]
 fn test_bad_maps_to_dp_wire_error() {
-    assert_eq!(dp_wire::Error::from(Bad::Truncated), dp_wire::Error::Truncated);
+    assert_eq!(
+        dp_wire::Error::from(Bad::Truncated),
+        dp_wire::Error::Truncated
+    );
     assert_eq!(dp_wire::Error::from(Bad::Version), dp_wire::Error::Version);
     assert_eq!(dp_wire::Error::from(Bad::SgLen), dp_wire::Error::Malformed);
     assert!(!Bad::ImmBudget.reason().is_empty());

@@ -27,12 +27,20 @@ pub fn open_sim(seed: u64, f: impl FnOnce(&mut SimConfig)) -> Sim {
 
 /// The client events logged so far matching `f`.
 pub fn client_events(s: &Sim, f: impl Fn(&ClientEvent) -> bool) -> Vec<(Instant, ClientEvent)> {
-    s.client_log.iter().filter(|l| f(&l.ev)).map(|l| (l.at, l.ev)).collect()
+    s.client_log
+        .iter()
+        .filter(|l| f(&l.ev))
+        .map(|l| (l.at, l.ev))
+        .collect()
 }
 
 /// The server events logged so far matching `f`.
 pub fn server_events(s: &Sim, f: impl Fn(&ServerEvent) -> bool) -> Vec<(Instant, ServerEvent)> {
-    s.server_log.iter().filter(|l| f(&l.ev)).map(|l| (l.at, l.ev)).collect()
+    s.server_log
+        .iter()
+        .filter(|l| f(&l.ev))
+        .map(|l| (l.at, l.ev))
+        .collect()
 }
 
 /// Runs the workload at `qd` for `d` and checks nothing failed. Long runs are paced (one
@@ -112,12 +120,18 @@ impl Scripted {
         let mut c0 = None;
         loop {
             let cs = self.connects();
-            let Some((conn, _)) = cs.last().copied() else { break };
+            let Some((conn, _)) = cs.last().copied() else {
+                break;
+            };
             if conn.cid == 0 {
                 c0 = Some(conn);
             }
-            self.client
-                .handle_cm(self.now, conn, CmEvent::Established { private_data: &rsp }, &mut self.io);
+            self.client.handle_cm(
+                self.now,
+                conn,
+                CmEvent::Established { private_data: &rsp },
+                &mut self.io,
+            );
         }
         c0.expect("cid 0 connected")
     }
@@ -148,7 +162,8 @@ impl Scripted {
             imm: None,
             invalidated: None,
         };
-        self.client.handle_completion(self.now, c0, &wc, payload, &mut self.io);
+        self.client
+            .handle_completion(self.now, c0, &wc, payload, &mut self.io);
     }
 
     /// Connects fully (accepts, info) and drains the events; returns cid 0's connection.
@@ -158,7 +173,10 @@ impl Scripted {
         let info = self.info_rsp();
         self.deliver_info(c0, &info);
         let evs: Vec<_> = std::iter::from_fn(|| self.client.poll_event()).collect();
-        assert!(evs.iter().any(|e| matches!(e, ClientEvent::Opened { .. })), "{evs:?}");
+        assert!(
+            evs.iter().any(|e| matches!(e, ClientEvent::Opened { .. })),
+            "{evs:?}"
+        );
         c0
     }
 
@@ -173,7 +191,8 @@ impl Scripted {
             imm: Some(imm),
             invalidated: None,
         };
-        self.client.handle_completion(self.now, conn, &wc, &[], &mut self.io);
+        self.client
+            .handle_completion(self.now, conn, &wc, &[], &mut self.io);
     }
 
     /// Completes the oldest receive on `conn` as a SEND.
@@ -187,7 +206,8 @@ impl Scripted {
             imm,
             invalidated,
         };
-        self.client.handle_completion(self.now, conn, &wc, payload, &mut self.io);
+        self.client
+            .handle_completion(self.now, conn, &wc, payload, &mut self.io);
     }
 
     /// The events since the last call.
@@ -278,7 +298,8 @@ impl ScriptedServer {
             imm: None,
             invalidated: None,
         };
-        self.server.handle_completion(self.now, conn, &wc, payload, &mut self.io);
+        self.server
+            .handle_completion(self.now, conn, &wc, payload, &mut self.io);
     }
 
     /// Completes the oldest receive on `conn` as an RDMA WRITE with immediate.
@@ -292,7 +313,8 @@ impl ScriptedServer {
             imm: Some(imm),
             invalidated: None,
         };
-        self.server.handle_completion(self.now, conn, &wc, &[], &mut self.io);
+        self.server
+            .handle_completion(self.now, conn, &wc, &[], &mut self.io);
     }
 
     /// Writes into chunk `chunk` of the session of `conn`'s path, as the client's RDMA
@@ -307,7 +329,11 @@ impl ScriptedServer {
 
     /// Writes into chunk `chunk` of the only session, as the client's RDMA WRITE would.
     pub fn write_chunk(&mut self, chunk: u16, off: usize, bytes: &[u8]) {
-        assert_eq!(self.io.chunks.len(), 1, "one session: else use write_chunk_of");
+        assert_eq!(
+            self.io.chunks.len(),
+            1,
+            "one session: else use write_chunk_of"
+        );
         let cs = self.io.chunk_size as usize;
         let mem = self.io.chunks.values_mut().next().expect("a session");
         let at = usize::from(chunk) * cs + off;
