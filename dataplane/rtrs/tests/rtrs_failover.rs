@@ -117,6 +117,7 @@ fn failover(kill: Kill, seed: u64, policy: MpPolicy, always_inv: bool) {
     );
     assert_eq!(s.app.submit_errors, 0);
     assert_eq!(s.app.verify_errors, 0);
+    assert_eq!(s.app.spurious, 0, "every IO completed exactly once");
     assert_eq!(s.handler.bad_requests, 0);
     assert!(failovered >= 1, "requests moved to the live path");
     assert!(after > 100, "the reconnected path takes traffic again");

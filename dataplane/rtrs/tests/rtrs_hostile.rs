@@ -55,6 +55,7 @@ fn hostile_server(seed: u64, new_rkey: bool, want: Violation, evil: impl FnOnce(
     );
     assert_eq!(s.app.failed, 0, "{:?}", s.app.errors);
     assert_eq!(s.app.verify_errors, 0);
+    assert_eq!(s.app.spurious, 0);
     assert_eq!(s.handler.bad_requests, 0);
 }
 

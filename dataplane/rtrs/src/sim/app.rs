@@ -113,6 +113,9 @@ pub struct App {
     pub submit_errors: u64,
     /// READ data that did not match the last write.
     pub verify_errors: u64,
+    /// Completions for no IO in flight, or with another IO's cookie (each IO must complete
+    /// exactly once).
+    pub spurious: u64,
     /// The errors, in order.
     pub errors: Vec<(Instant, IoError)>,
     /// Completion latencies, nanoseconds.
@@ -147,6 +150,7 @@ impl App {
             failed: 0,
             submit_errors: 0,
             verify_errors: 0,
+            spurious: 0,
             errors: Vec::new(),
             latencies: Vec::new(),
             last_completion: None,
@@ -263,12 +267,11 @@ impl App {
         net: &Net,
     ) {
         let Some(rec) = self.inflight.remove(&id) else {
-            // A completion for nothing in flight: counted as a verification failure.
-            self.verify_errors += 1;
+            self.spurious += 1;
             return;
         };
         if rec.seq != ctx {
-            self.verify_errors += 1;
+            self.spurious += 1;
         }
         self.last_completion = Some(now);
         self.completions_since_mark += 1;

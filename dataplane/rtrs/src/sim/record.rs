@@ -147,6 +147,9 @@ pub struct Recorder {
     pub recvs: HashMap<Conn, VecDeque<(u64, RecvBuf)>>,
     /// `max_hdr_size` of the header buffers.
     pub iu_size: usize,
+    /// Accesses refused as out of bounds (`write_iu`, `read_chunk`): a state machine asked
+    /// for something outside a buffer.
+    pub bounds_faults: u64,
     next_key: u32,
 }
 
@@ -339,13 +342,20 @@ impl ServerIo for Recorder {
         out: &mut [u8],
     ) -> Result<(), OutOfBounds> {
         let cs = self.chunk_size as usize;
-        let end = (off as usize).checked_add(out.len()).ok_or(OutOfBounds)?;
-        if end > cs {
-            return Err(OutOfBounds);
-        }
-        let mem = self.chunks.get(&sess).ok_or(OutOfBounds)?;
         let at = usize::from(chunk) * cs;
-        out.copy_from_slice(mem.get(at + off as usize..at + end).ok_or(OutOfBounds)?);
-        Ok(())
+        let src = (off as usize)
+            .checked_add(out.len())
+            .filter(|&end| end <= cs)
+            .and_then(|end| self.chunks.get(&sess)?.get(at + off as usize..at + end));
+        match src {
+            Some(b) => {
+                out.copy_from_slice(b);
+                Ok(())
+            }
+            None => {
+                self.bounds_faults += 1;
+                Err(OutOfBounds)
+            }
+        }
     }
 }

@@ -53,6 +53,7 @@ pub fn load(s: &mut Sim, qd: usize, d: Duration) {
     s.run_for(d);
     assert_eq!(s.app.failed, 0, "errors: {:?}", s.app.errors);
     assert_eq!(s.app.verify_errors, 0);
+    assert_eq!(s.app.spurious, 0, "an IO completed twice");
     assert_eq!(s.handler.bad_requests, 0);
 }
 
