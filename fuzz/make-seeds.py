@@ -89,6 +89,25 @@ put("wire_conn_data", "librdmacm", cd)
 put("wire_ds_udp_header", "data-v4", bytes([0]) + struct.pack(">I", 0x55555555) + bytes([4, 0, 16, 0]) + struct.pack(">I", 0x123456) + bytes([10, 1, 2, 3]))
 put("wire_ds_header", "v6", bytes([6, 24]) + struct.pack(">HI", 7174, 0x12345) + bytes(15) + b"\x01")
 
+# RTRS (dataplane/rtrs): what Linux 6.1 sends (shared/tools/kernel-peers README).
+uuid_p, uuid_s = bytes(range(0x10, 0x20)), bytes(range(0x20, 0x30))
+conn_req = bytes([0, 0]) + struct.pack("<HHHHH", 0x1BBD, 0x0200, 1, 3, 1) + uuid_p + uuid_s + bytes([1]) + bytes(11)
+conn_rsp = struct.pack("<HHhHIII", 0x1BBD, 0x0200, 0, 512, 126976, 4096, 2) + bytes(36)
+put("rtrs_conn", "kernel-conn-req", conn_req)
+put("rtrs_conn", "kernel-conn-rsp", conn_rsp)
+put("rtrs_conn", "reject-ebusy", struct.pack("<HHh", 0x1BBD, 0x0200, -16) + bytes(50))
+# rtrs_info input: queue depth u16 (LE), chunk-size selector u8 (8192 = 1 << (12 % 20 + 1)), bytes.
+info_req = struct.pack("<H", 0) + b"host1-sess".ljust(255, b"\0") + bytes(15)
+put("rtrs_info", "info-req", struct.pack("<HB", 8, 12) + info_req)
+info_rsp = struct.pack("<HH", 1, 8) + bytes(4) + b"".join(struct.pack("<QII", 0x10000000 + i * 8192, 0x100 + i, 8192) for i in range(8))
+put("rtrs_info", "info-rsp-per-chunk", struct.pack("<HB", 8, 12) + info_rsp)
+info_rsp2 = struct.pack("<HH", 1, 2) + bytes(4) + struct.pack("<QII", 0x10000000, 7, 4 * 8192) + struct.pack("<QII", 0x20000000, 9, 4 * 8192)
+put("rtrs_info", "info-rsp-regions", struct.pack("<HB", 8, 12) + info_rsp2)
+put("rtrs_info", "rkey-rsp", struct.pack("<HB", 8, 12) + struct.pack("<HHI", 4, 3, 0x12345601))
+# rtrs_io_hdr input: max length u32, offset u32, header bytes.
+rd = struct.pack("<HHHH", 3, 32, 1, 1) + struct.pack("<QII", 0xFFFF888100000000, 0x12345601, 4096)
+put("rtrs_io_hdr", "read-need-inval", struct.pack("<II", 131072, 4096 + 32) + rd)
+put("rtrs_io_hdr", "write", struct.pack("<II", 131072, 4096 + 32) + struct.pack("<HH", 2, 32))
 
 # ---- RDS (dp-rds) ----
 def rds_header(seq, ack, length, sport, dport, flags=0, credit=0, ext=b""):

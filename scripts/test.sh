@@ -33,7 +33,10 @@ took
 # The wire codecs, the protocol state machines and mempool once more in debug, where
 # overflow checks and `debug_assert!`s run (the release run above skips both).
 echo "== unit tests in debug (wire codecs, state machines, shm control messages, mempool)"
-cargo test -p dp-wire -p dp-rsocket -p dp-rds -p dp-shm -p mempool --lib -- --test-threads=2
+# RTRS's set-up rules, IO path and hostile peers through its simulator (the long failover
+# and reconnect runs stay in the release run above).
+cargo test -p dp-rtrs --test rtrs_setup --test rtrs_io --test rtrs_hostile -- --test-threads=2
+cargo test -p dp-wire -p dp-rsocket -p dp-rds -p dp-rtrs -p dp-shm -p mempool --lib -- --test-threads=2
 cargo test -p dp-rsocket --test rsocket_sim -- --test-threads=2
 cargo test -p dp-rds --test rds_protocol --test rds_hostile --test rds_reliability --test rds_socket -- --test-threads=2
 
@@ -63,7 +66,9 @@ else
 fi
 
 took
-echo "== loom models (mempool rings and pools)"
+echo "== loom models (mempool rings and pools, RTRS permits)"
 RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
   cargo test -p mempool --release --test 'loom_*' 2>&1 | tail -n 5
+RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
+  cargo test -p dp-rtrs --release --test loom_permits 2>&1 | tail -n 5
 took

@@ -9,6 +9,7 @@
 //! | [`fabric::shm`] | `dp-shm` | `dataplane/fabric/shm` | software RDMA between processes through shared memory |
 //! | `fabric::verbs` | `dp-verbs` | `dataplane/fabric/verbs` | real RDMA through rdma-core (feature `verbs`) |
 //! | [`rsocket`] | `dp-rsocket` | `dataplane/rsocket` | the socket API over RDMA, wire-compatible with librdmacm |
+//! | [`rtrs`] | `dp-rtrs` | `dataplane/rtrs` | RTRS, multipath RDMA transport for block IO (Linux RTRS 2.0), as sans-IO state machines |
 //! | [`rds`] | `dp-rds` | `dataplane/rds` | RDS: reliable datagram sockets, the sans-IO protocol core with Linux's socket semantics |
 //!
 //! Protocol crates depend on `dp-fabric`'s traits only, never on a provider. Test kits (the
@@ -37,11 +38,14 @@ pub mod wire {
     pub use dp_rds::wire as rds;
     /// rsocket's wire formats ([`dp_rsocket::wire`]).
     pub use dp_rsocket::wire as rsocket;
+    /// RTRS's wire formats ([`dp_rtrs::wire`]).
+    pub use dp_rtrs::wire as rtrs;
     pub use dp_wire::*;
 }
 
 pub use dp_rds as rds;
 pub use dp_rsocket as rsocket;
+pub use dp_rtrs as rtrs;
 
 #[cfg(feature = "testing")]
 pub use dp_fabric::conformance_tests;

@@ -1,0 +1,251 @@
+//! Failover under load: one path of two is torn down while IO runs (a CM disconnect, its
+//! queue pairs moved to the error state, its link cut, a lossy link). While the other path
+//! lives no IO may fail or be lost: the requests in flight on the dead path are posted again
+//! on the live one (same permit, same chunk), every byte is checked end to end, and the dead
+//! path reconnects and takes traffic again. Each test prints its numbers in virtual time.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use dp_rtrs::clt::{ClientEvent, ClientState, MpPolicy};
+use dp_rtrs::sim::Sim;
+use dp_rtrs::timer::Instant;
+
+#[derive(Clone, Copy, Debug)]
+enum Kill {
+    CmDisconnect,
+    QpError,
+    LinkCut,
+}
+
+fn ios_on(s: &Sim, k: usize) -> u64 {
+    let st = s.client.path_stats(s.paths[k]).unwrap();
+    st.rdma.read_cnt + st.rdma.write_cnt
+}
+
+fn us(ns: u64) -> f64 {
+    ns as f64 / 1e3
+}
+
+fn failover(kill: Kill, seed: u64, policy: MpPolicy, always_inv: bool) {
+    let mut s = open_sim(seed, |c| {
+        c.latency = Duration::from_micros(20);
+        c.client.policy = policy;
+        c.server.always_invalidate = always_inv;
+        c.links = 2;
+    });
+    s.handler.delay = Duration::from_micros(30);
+    s.app.target = 48;
+    s.app.track = true;
+    // Full load: both paths carry IO.
+    s.run_for(Duration::from_millis(5));
+    assert!(ios_on(&s, 0) > 100, "the path we kill is loaded");
+    if policy != MpPolicy::MinLatency {
+        // (min-latency sends everything to the first path until heartbeats measure both)
+        assert!(ios_on(&s, 1) > 100, "both paths loaded");
+    }
+    let p0 = s.paths[0];
+    let on_p0: Vec<u64> = (0..64u16)
+        .filter(|&i| s.client.request_path(i) == Some(p0))
+        .filter_map(|i| s.app.seq_of(i))
+        .collect();
+    assert!(
+        on_p0.len() >= 10,
+        "IO in flight on the path we kill: {}",
+        on_p0.len()
+    );
+    let t0 = s.now;
+    match kill {
+        Kill::CmDisconnect => s.net.cm_disconnect(0),
+        Kill::QpError => s.net.kill_qps(0),
+        Kill::LinkCut => s.net.set_link(0, false),
+    }
+    // Keep the load on, paced, so seconds of virtual time stay cheap.
+    s.app.interval = Duration::from_micros(200);
+    // Detection.
+    assert!(
+        s.run_until_cond(Duration::from_secs(40), |s| s.client.path_state(p0)
+            != Some(ClientState::Connected))
+    );
+    let detect = s.now.nanos_since(t0);
+    // The requests that were on the dead path finish on the live one.
+    let done = s.run_until_cond(Duration::from_secs(1), |s| {
+        on_p0.iter().all(|q| s.app.done.iter().any(|(_, d)| d == q))
+    });
+    assert!(done, "every request of the dead path completed");
+    let drained = on_p0
+        .iter()
+        .map(|q| s.app.done.iter().find(|(_, d)| d == q).unwrap().0)
+        .max()
+        .unwrap()
+        .nanos_since(t0);
+    s.run_for(Duration::from_millis(5));
+    if matches!(kill, Kill::LinkCut) {
+        s.net.set_link(0, true);
+    }
+    // The reconnect takes 1 s of delay and 1 s of backoff: pace the load meanwhile.
+    s.app.interval = Duration::from_micros(500);
+    let back = s.run_until_cond(Duration::from_secs(10), |s| {
+        s.client.path_state(p0) == Some(ClientState::Connected)
+    });
+    assert!(back, "the path came back: {:?}", s.client.path_error(p0));
+    let back_at = s.now.nanos_since(t0);
+    let before = ios_on(&s, 0);
+    s.app.interval = Duration::ZERO;
+    s.run_for(Duration::from_millis(5));
+    let after = ios_on(&s, 0) - before;
+    let failovered = s.client.path_stats(s.paths[1]).unwrap().failover_cnt;
+    println!(
+        "failover {kill:?} ({policy:?}, always_invalidate {always_inv}): {} IOs, {} failed, {} bad data, \
+         {} in flight on the dead path, {failovered} failed over; detected after {:.1} us, last \
+         failed-over IO done {:.1} us after the kill; path back after {:.3} s, then {after} IOs on it in 5 ms",
+        s.app.ok + s.app.failed,
+        s.app.failed,
+        s.app.verify_errors,
+        on_p0.len(),
+        us(detect),
+        us(drained),
+        back_at as f64 / 1e9,
+    );
+    assert_eq!(
+        s.app.failed,
+        0,
+        "{:?}",
+        &s.app.errors[..s.app.errors.len().min(5)]
+    );
+    assert_eq!(s.app.submit_errors, 0);
+    assert_eq!(s.app.verify_errors, 0);
+    assert_eq!(s.app.spurious, 0, "every IO completed exactly once");
+    assert_eq!(s.handler.bad_requests, 0);
+    assert!(failovered >= 1, "requests moved to the live path");
+    assert!(after > 100, "the reconnected path takes traffic again");
+    assert_eq!(
+        client_events(&s, |e| matches!(e, ClientEvent::Link(_))).len(),
+        0,
+        "a path lived throughout"
+    );
+}
+
+#[test]
+fn test_failover_cm_disconnect_under_load() {
+    failover(Kill::CmDisconnect, 70, MpPolicy::MinInflight, true);
+}
+
+#[test]
+fn test_failover_qp_error_under_load() {
+    failover(Kill::QpError, 71, MpPolicy::MinInflight, true);
+}
+
+#[test]
+fn test_failover_link_cut_under_load() {
+    failover(Kill::LinkCut, 72, MpPolicy::MinInflight, true);
+}
+
+#[test]
+fn test_failover_round_robin_plain_keys() {
+    failover(Kill::CmDisconnect, 73, MpPolicy::RoundRobin, false);
+}
+
+#[test]
+fn test_failover_min_latency_qp_error() {
+    failover(Kill::QpError, 74, MpPolicy::MinLatency, false);
+}
+
+#[test]
+fn test_failover_repeated_kills_no_io_lost() {
+    // Paths die one after the other, never both at once, while IO runs.
+    let mut s = open_sim(75, |c| {
+        c.latency = Duration::from_micros(20);
+        c.links = 2;
+        c.client.reconnect_delay = Duration::from_millis(200);
+    });
+    s.handler.delay = Duration::from_millis(1);
+    s.app.target = 32;
+    s.app.interval = Duration::from_micros(100);
+    let mut kills = 0;
+    for round in 0..6 {
+        s.run_for(Duration::from_millis(1500));
+        let k = round % 2;
+        let other = s.paths[1 - k];
+        if s.client.path_state(other) == Some(ClientState::Connected) {
+            if round % 3 == 0 {
+                s.net.kill_qps(k);
+            } else {
+                s.net.cm_disconnect(k);
+            }
+            kills += 1;
+        }
+    }
+    s.run_for(Duration::from_secs(3));
+    println!(
+        "repeated kills: {kills} kills, {} IOs, {} failed, {} bad data, failed over {} + {}",
+        s.app.ok,
+        s.app.failed,
+        s.app.verify_errors,
+        s.client.path_stats(s.paths[0]).unwrap().failover_cnt,
+        s.client.path_stats(s.paths[1]).unwrap().failover_cnt
+    );
+    assert!(kills >= 4);
+    let moved = s.client.path_stats(s.paths[0]).unwrap().failover_cnt
+        + s.client.path_stats(s.paths[1]).unwrap().failover_cnt;
+    assert!(moved >= kills, "every kill caught IO in flight");
+    assert_eq!(
+        (s.app.failed, s.app.submit_errors, s.app.verify_errors),
+        (0, 0, 0)
+    );
+    for p in s.paths.clone() {
+        assert_eq!(s.client.path_state(p), Some(ClientState::Connected));
+    }
+}
+
+#[test]
+fn test_lossy_link_no_io_lost() {
+    // Retransmissions on a lossy link; now and then seven in a row exhaust the retry count
+    // and the queue pair fails: the path recovers and no IO is lost.
+    let mut s = open_sim(76, |c| {
+        c.latency = Duration::from_micros(20);
+        c.links = 2;
+        c.client.reconnect_delay = Duration::from_millis(100);
+    });
+    s.net.links[0].loss = 0.3;
+    s.app.target = 32;
+    s.app.interval = Duration::from_micros(100);
+    s.run_for(Duration::from_secs(4));
+    let st0 = *s.client.path_stats(s.paths[0]).unwrap();
+    println!(
+        "lossy link (30% of deliveries retransmitted): {} IOs, {} failed, {} bad data, path 0 errors {} \
+         reconnects {:?}",
+        s.app.ok,
+        s.app.failed,
+        s.app.verify_errors,
+        st0.wc_errors,
+        (st0.reconnects_ok, st0.reconnects_fail)
+    );
+    assert_eq!(
+        (s.app.failed, s.app.submit_errors, s.app.verify_errors),
+        (0, 0, 0)
+    );
+    let downs = client_events(
+        &s,
+        |e| matches!(e, ClientEvent::PathDown { path, .. } if *path == s.paths[0]),
+    )
+    .len();
+    assert!(
+        downs >= 1,
+        "the retry count was exhausted at least once (on either side)"
+    );
+    s.net.links[0].loss = 0.0;
+    s.run_for(Duration::from_secs(2));
+    assert_eq!(
+        s.client.path_state(s.paths[0]),
+        Some(ClientState::Connected),
+        "and the path recovered"
+    );
+    assert_eq!(
+        (s.app.failed, s.app.submit_errors, s.app.verify_errors),
+        (0, 0, 0)
+    );
+    let _ = Instant::ZERO;
+}
