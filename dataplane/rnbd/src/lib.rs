@@ -1,0 +1,18 @@
+//! `dp-rnbd`: RNBD, the block service on RTRS, compatible with Linux's `rnbd-server` and
+//! `rnbd-client` (protocol 2.x).
+//!
+//! Layers, bottom up:
+//!
+//! * [`wire`]: the messages (`SESS_INFO`, `OPEN`, `IO`, `CLOSE` and their responses) as
+//!   parsed and emitted bytes, little-endian at the kernel's offsets;
+//! * [`export`]: what a server exports and who may open it (the device search path with
+//!   `%SESSNAME%` namespaces, `..` refused; read-only, read-write and migration access);
+//! * [`backend`]: where the blocks live: a RAM disk in a mempool region, a null device, or
+//!   a file or block device through `io_uring` with a kernel polling thread, so the data path
+//!   makes no system call per IO.
+//!
+//! The server and client sessions on RTRS build on these.
+
+pub mod backend;
+pub mod export;
+pub mod wire;
