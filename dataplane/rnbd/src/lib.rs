@@ -11,8 +11,12 @@
 //!   a file or block device through `io_uring` with a kernel polling thread, so the data path
 //!   makes no system call per IO.
 //!
-//! The server and client sessions on RTRS build on these.
+//! * [`server`]: one server session, sans-IO: requests in, answers (at once, or when the
+//!   backend completes) out.
+//!
+//! The RTRS binding and the client block API build on these.
 
 pub mod backend;
 pub mod export;
+pub mod server;
 pub mod wire;

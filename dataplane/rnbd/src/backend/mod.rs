@@ -72,6 +72,8 @@ pub struct BlkIo {
     pub buf: *mut u8,
     /// Force unit access (writes).
     pub fua: bool,
+    /// Flush the device's cache before the operation.
+    pub preflush: bool,
 }
 
 /// A completed IO: its tag and 0 or a negative errno.

@@ -8,6 +8,7 @@ fn io(tag: u64, op: BlkOp, offset: u64, buf: &mut [u8]) -> BlkIo {
         len: buf.len() as u32,
         buf: buf.as_mut_ptr(),
         fua: false,
+        preflush: false,
     }
 }
 

@@ -17,7 +17,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
-use io_uring::{IoUring, opcode, types};
+use io_uring::{IoUring, opcode, squeue, types};
 
 use super::{Backend, BlkDone, BlkIo, BlkOp, Geometry, check};
 
@@ -64,6 +64,9 @@ impl core::fmt::Debug for UringBackend {
             .finish()
     }
 }
+
+/// The tag of a preflush's fsync (never a caller's tag: RTRS tags are small).
+const PREFLUSH_TAG: u64 = u64::MAX;
 
 const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
 const BLKSSZGET: libc::c_ulong = 0x1268;
@@ -182,11 +185,25 @@ impl Backend for UringBackend {
         }
         .user_data(io.tag);
         let mut sq = self.ring.submission();
-        // SAFETY: the buffer stays valid until the completion is polled (trait contract),
-        // and the file is owned by self, which outlives the ring's use of it.
-        if unsafe { sq.push(&entry) }.is_err() {
+        let room = sq.capacity() - sq.len();
+        let preflush = io.preflush && io.op != BlkOp::Flush;
+        if room < 1 + usize::from(preflush) {
             return Err(io);
         }
+        if preflush {
+            // The cache is flushed first; the operation is linked to it and only runs (and
+            // completes) after the flush did.
+            let flush = opcode::Fsync::new(fd)
+                .build()
+                .flags(squeue::Flags::IO_LINK)
+                .user_data(PREFLUSH_TAG);
+            // SAFETY: an fsync references no memory; room was checked.
+            let _ = unsafe { sq.push(&flush) };
+        }
+        // SAFETY: the buffer stays valid until the completion is polled (trait contract),
+        // and the file is owned by self, which outlives the ring's use of it; room was
+        // checked.
+        let _ = unsafe { sq.push(&entry) };
         drop(sq);
         self.in_flight += 1;
         // With a polling thread this only makes a system call when the thread sleeps.
@@ -209,6 +226,10 @@ impl Backend for UringBackend {
             let Some(c) = cq.next() else {
                 break;
             };
+            if c.user_data() == PREFLUSH_TAG {
+                // A failed preflush cancels its linked operation, which reports it.
+                continue;
+            }
             out[n] = BlkDone {
                 tag: c.user_data(),
                 result: c.result().min(0),
