@@ -11,12 +11,15 @@
 //!   a file or block device through `io_uring` with a kernel polling thread, so the data path
 //!   makes no system call per IO.
 //!
+//! * [`client`]: one client session, sans-IO: devices mapped by name, block IO at sector
+//!   granularity, and the remap after RTRS reconnects;
 //! * [`server`]: one server session, sans-IO: requests in, answers (at once, or when the
 //!   backend completes) out.
 //!
 //! The RTRS binding and the client block API build on these.
 
 pub mod backend;
+pub mod client;
 pub mod export;
 pub mod server;
 pub mod wire;
