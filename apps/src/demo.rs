@@ -66,6 +66,13 @@ pub struct DemoReport {
     pub received: u64,
 }
 
+/// The line after the summary on the consumer process's stdout: its latency distributions,
+/// which the summary's JSON leaves out.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct PlotLine {
+    latency_plot: Vec<dp_plot::PercentileSeries>,
+}
+
 impl DemoReport {
     /// Whether every tick reached every consumer intact, and nothing failed.
     pub fn ok(&self) -> bool {
@@ -131,6 +138,19 @@ impl DemoReport {
             "  result: FAILED, see above\n"
         });
         o
+    }
+
+    /// The picture of `dpctl run --plot` for the demo: the end-to-end latency distribution,
+    /// generation in the feed to receipt, of each consumer and of all four together.
+    pub fn figure(&self) -> Option<dp_plot::Figure> {
+        if self.consumers.latency_plot.is_empty() {
+            return None;
+        }
+        let mut f = dp_plot::Figure::new(
+            "dpctl demo: end-to-end latency, feed to consumers over rsockets (shm)",
+        );
+        f.percentiles = self.consumers.latency_plot.clone();
+        Some(f)
     }
 
     /// The JSON report.
@@ -265,8 +285,14 @@ pub fn run_demo(opts: &DemoOptions) -> Result<DemoReport, DemoError> {
     let line = rx
         .recv_timeout(Duration::from_secs(30))
         .map_err(|_| DemoError::Consumers("no summary within 30 s of the feed's end".into()))?;
-    let consumers: Summary = serde_json::from_str(&line)
+    let mut consumers: Summary = serde_json::from_str(&line)
         .map_err(|e| DemoError::Consumers(format!("bad summary: {e}")))?;
+    let line = rx
+        .recv_timeout(Duration::from_secs(10))
+        .map_err(|_| DemoError::Consumers("no latency line after the summary".into()))?;
+    let plot: PlotLine = serde_json::from_str(&line)
+        .map_err(|e| DemoError::Consumers(format!("bad latency line: {e}")))?;
+    consumers.latency_plot = plot.latency_plot;
     if let Some(mut c) = child.0.take() {
         let _ = c.wait();
     }
@@ -295,7 +321,8 @@ impl Drop for DirGuard {
 }
 
 /// The consumer side (the hidden `demo-consumers` subcommand): runs the consumers config on
-/// `cpu` in `dir`, prints a `ready` line and then the summary as JSON on stdout. Stops by
+/// `cpu` in `dir`, prints a `ready` line, then the summary as JSON and a line with its latency
+/// distributions on stdout. Stops by
 /// itself when the feed's streams end, or after `guard` in case the feed never comes.
 ///
 /// # Errors
@@ -324,6 +351,10 @@ pub fn run_consumers(dir: &Path, cpu: usize, guard: Duration) -> Result<Summary,
     )?;
     let mut o = std::io::stdout().lock();
     let _ = writeln!(o, "{}", serde_json::to_string(&summary).unwrap_or_default());
+    let plot = PlotLine {
+        latency_plot: summary.latency_plot.clone(),
+    };
+    let _ = writeln!(o, "{}", serde_json::to_string(&plot).unwrap_or_default());
     let _ = o.flush();
     Ok(summary)
 }

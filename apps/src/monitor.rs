@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use dp_plot::PercentileSeries;
 use hdrhistogram::Histogram;
 use lcore::{LcoreId, Lcores};
 use serde::{Deserialize, Serialize};
@@ -220,6 +221,27 @@ impl Monitor {
     /// Cumulative latency of stage `i`.
     pub fn latency(&self, i: usize) -> Option<LatencySummary> {
         LatencySummary::of(&self.totals[i])
+    }
+
+    /// The latency distributions for `dpctl run --plot`: each stage that recorded latency,
+    /// labelled by its name and kind, and with several of them all together.
+    pub fn latency_series(&self) -> Vec<PercentileSeries> {
+        let mut v: Vec<PercentileSeries> = self
+            .stages
+            .iter()
+            .zip(&self.totals)
+            .filter_map(|(s, h)| {
+                PercentileSeries::from_histogram(format!("{} ({})", s.name, s.kind), h, 1.0)
+            })
+            .collect();
+        if v.len() > 1 {
+            let mut all = new_histogram();
+            for t in &self.totals {
+                let _ = all.add(t);
+            }
+            v.extend(PercentileSeries::from_histogram("all stages", &all, 1.0));
+        }
+        v
     }
 
     /// Cumulative latency over every stage that records it.

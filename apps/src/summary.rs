@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use dp_plot::{Figure, PercentileSeries};
 use lcore::LoopReport;
 use serde::{Deserialize, Serialize};
 
@@ -153,6 +154,10 @@ pub struct Summary {
     pub stages: Vec<StageSummary>,
     /// Stage failures.
     pub errors: Vec<String>,
+    /// The latency distribution of each stage that records it, for `dpctl run --plot`
+    /// (not part of the JSON summary).
+    #[serde(skip)]
+    pub latency_plot: Vec<PercentileSeries>,
 }
 
 impl Summary {
@@ -221,7 +226,22 @@ impl Summary {
             lcores,
             stages,
             errors,
+            latency_plot: monitor.latency_series(),
         }
+    }
+
+    /// The picture of `dpctl run --plot`: the latency distribution of every stage that
+    /// records it (sinks: end to end; echo clients: round trip). `None` if none does.
+    pub fn figure(&self) -> Option<Figure> {
+        if self.latency_plot.is_empty() {
+            return None;
+        }
+        let mut f = Figure::new(format!(
+            "dpctl run {}: latency (sinks end to end, echo clients round trip)",
+            self.config
+        ));
+        f.percentiles = self.latency_plot.clone();
+        Some(f)
     }
 
     /// Whether the run had no stage failures.

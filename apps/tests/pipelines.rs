@@ -230,7 +230,19 @@ fn example_perf_busy_runs_in_hybrid_mode_for_tests() {
 fn example_rsocket_echo_round_trips_every_message() {
     let _g = heavy();
     let dir = TempDir::new("echo");
-    let s = run_example(&dir.0, "rsocket-echo.toml", &["--duration", "1.5"]);
+    let (json, svg) = (dir.0.join("echo.json"), dir.0.join("echo.svg"));
+    let s = run_example(
+        &dir.0,
+        "rsocket-echo.toml",
+        &[
+            "--duration",
+            "1.5",
+            "--plot",
+            json.to_str().unwrap(),
+            "--plot",
+            svg.to_str().unwrap(),
+        ],
+    );
     let sent = stage(&s, "gen").counters.out_msgs;
     assert!(sent > 0);
     let client = stage(&s, "client");
@@ -241,6 +253,17 @@ fn example_rsocket_echo_round_trips_every_message() {
         "every message came back"
     );
     assert_eq!(client.counters.verify_errors, 0);
+    // --plot draws the client's round trips: the same histogram as the summary's.
+    let fig = dp_plot::Figure::read(&json).unwrap();
+    assert_eq!(fig.percentiles.len(), 1, "one stage records latency");
+    let dist = &fig.percentiles[0];
+    assert_eq!(dist.label, "client (rsocket_client)");
+    assert_eq!(dist.count, sent);
+    let lat = client.latency_ns.unwrap();
+    assert_eq!(dist.at(50.0), Some(lat.p50 as f64));
+    assert_eq!(dist.at(99.0), Some(lat.p99 as f64));
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains("client (rsocket_client)") && svg.contains("99.9%"));
     assert_eq!(stage(&s, "server").counters.in_msgs, sent);
     assert_eq!(s.totals.out_msgs, sent);
     assert!(s.totals.lossless, "{s:#?}");
@@ -285,8 +308,10 @@ fn example_rsocket_pair_across_two_processes() {
 fn demo_runs_two_processes_and_reports_latency() {
     let _g = heavy();
     let dir = TempDir::new("demo");
+    let plot = dir.0.join("demo.json");
     let mut c = dpctl(&dir.0);
-    c.args(["run", "--duration", "2", "--json", "--quiet"]);
+    c.args(["run", "--duration", "2", "--json", "--quiet", "--plot"])
+        .arg(&plot);
     let f = wait(spawn(c), Duration::from_secs(90));
     assert!(f.status.success(), "{}\n{}", f.stdout, f.stderr);
     let v: Value = serde_json::from_str(&f.stdout).unwrap();
@@ -299,6 +324,16 @@ fn demo_runs_two_processes_and_reports_latency() {
     assert_eq!(consumers.stages.len(), 4);
     assert_eq!(consumers.latency_ns.unwrap().count, 4 * ticks);
     assert_eq!(consumers.stopped_by, StopCause::Finished);
+    // --plot: the consumer process's end-to-end distributions crossed to the feed's.
+    let fig = dp_plot::Figure::read(&plot).unwrap();
+    let labels: Vec<&str> = fig.percentiles.iter().map(|s| s.label.as_str()).collect();
+    assert_eq!(labels.len(), 5, "{labels:?}");
+    assert_eq!(labels[4], "all stages");
+    assert_eq!(fig.percentiles[4].count, 4 * ticks);
+    assert_eq!(
+        fig.percentiles[4].at(50.0),
+        Some(consumers.latency_ns.unwrap().p50 as f64)
+    );
 }
 
 #[test]
@@ -406,6 +441,22 @@ fn failed_stage_stops_the_run_and_exits_1() {
         stage(&s, "gen").counters.out_msgs,
         0,
         "sources wait for their connections"
+    );
+}
+
+#[test]
+fn plot_needs_a_picture_format() {
+    let dir = TempDir::new("plotfmt");
+    let mut c = dpctl(&dir.0);
+    c.arg("run")
+        .arg(example("pipeline.toml"))
+        .args(["--plot", "latency.gif"]);
+    let f = wait(spawn(c), Duration::from_secs(30));
+    assert_eq!(f.status.code(), Some(2), "{}", f.stderr);
+    assert!(
+        f.stderr.contains("end it in .svg, .png or .json"),
+        "{}",
+        f.stderr
     );
 }
 

@@ -28,6 +28,7 @@ use clap::{Args, Parser, Subcommand};
 
 pub use crate::common::Common;
 use crate::fabric::{FabricArgs, Test};
+use crate::figures::PlotArgs;
 use crate::lcore_perf::{self, LcoreConfig};
 use crate::limit::{self, LimitConfig};
 use crate::pool_perf::{self, MempoolConfig};
@@ -85,6 +86,9 @@ pub enum Command {
     ReadBw(FabricArgs),
     /// librdmacm's `rstream` over rsockets (or kernel TCP with --tcp / -T s), same table.
     Rstream(RstreamArgs),
+    /// Draw figure files that earlier runs wrote with `--plot FILE.json` into one chart
+    /// (`--plot OUT.svg`): an rsocket run next to its `--tcp` twin, write against send.
+    Plot(PlotArgs),
 }
 
 impl Command {
@@ -107,7 +111,54 @@ impl Command {
             Self::ReadLat(a) => Box::new(a.run(Test::ReadLat, common)?),
             Self::ReadBw(a) => Box::new(a.run(Test::ReadBw, common)?),
             Self::Rstream(a) => Box::new(a.run(common)?),
+            Self::Plot(a) => Box::new(a.run()?),
         })
+    }
+
+    /// Checks, before anything runs, that `--plot` has something to draw: the command has a
+    /// picture, and this side of a pair measures.
+    ///
+    /// # Errors
+    ///
+    /// [`PerfError::Usage`] saying which commands draw, or that the client side draws.
+    pub fn plots(&self, common: &Common) -> Result<(), PerfError> {
+        let name = match self {
+            Self::Ring(_) => "ring",
+            Self::Mempool(_) => "mempool",
+            Self::Lcore(_) => "lcore",
+            _ => "",
+        };
+        if common.plot.is_empty() {
+            return match self {
+                Self::Plot(_) => Err(PerfError::Usage(
+                    "dp-perf plot: give --plot FILE (.svg, .png or .json) for the picture".into(),
+                )),
+                _ => Ok(()),
+            };
+        }
+        if !name.is_empty() {
+            return Err(PerfError::Usage(format!(
+                "--plot: `dp-perf {name}` draws no plot; plots come from limit, write-lat, \
+                 send-lat, read-lat, write-bw, send-bw, read-bw, rstream and plot"
+            )));
+        }
+        let server = match self {
+            Self::WriteLat(a)
+            | Self::WriteBw(a)
+            | Self::SendLat(a)
+            | Self::SendBw(a)
+            | Self::ReadLat(a)
+            | Self::ReadBw(a) => a.server,
+            Self::Rstream(a) => a.server,
+            _ => false,
+        };
+        if server {
+            return Err(PerfError::Usage(
+                "--plot: the server side measures nothing; give --plot to the client (or use --pair)"
+                    .into(),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -240,6 +291,10 @@ where
         Ok(cli) => cli,
         Err(e) => return clap_error(&e, out, err),
     };
+    if let Err(e) = cli.command.plots(&cli.common) {
+        let _ = writeln!(err, "dp-perf: error: {e}");
+        return e.exit_code();
+    }
     let report = match cli.command.run(&cli.common) {
         Ok(r) => r,
         Err(e) => {
@@ -253,7 +308,7 @@ where
         report.write_table(out)
     };
     match printed.and_then(|()| out.flush()) {
-        Ok(()) => 0,
+        Ok(()) => draw(report.as_ref(), &cli.common.plot, err),
         // A closed pipe (`dp-perf ring | head`) is not worth a message.
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => 0,
         Err(e) => {
@@ -261,6 +316,26 @@ where
             1
         }
     }
+}
+
+/// Draws the report's figure into every `--plot` file; 1 with one line per failure.
+fn draw(report: &dyn Report, files: &[std::path::PathBuf], err: &mut dyn Write) -> u8 {
+    if files.is_empty() {
+        return 0;
+    }
+    let Some(fig) = report.figure() else {
+        // `Command::plots` refused this before the run.
+        let _ = writeln!(err, "dp-perf: error: this run has nothing to plot");
+        return 1;
+    };
+    let mut code = 0;
+    for f in files {
+        if let Err(e) = dp_plot::write(&fig, f) {
+            let _ = writeln!(err, "dp-perf: error: --plot: {e}");
+            code = 1;
+        }
+    }
+    code
 }
 
 /// Help and version go to `out` with status 0; every other clap error becomes one line on

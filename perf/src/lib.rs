@@ -12,6 +12,7 @@
 //! | `dp-perf limit` | [`limit`] | the host: cache-line hand-off, memcpy |
 //! | `dp-perf write-lat`, `write-bw`, `send-lat`, `send-bw`, `read-lat`, `read-bw` | [`fabric`] | perftest (`ib_write_lat`, ...) |
 //! | `dp-perf rstream` | [`rstream`] | librdmacm's `rstream`, kernel TCP |
+//! | `dp-perf plot` | [`figures`] | draws `--plot FILE.json` data of several runs in one chart |
 //!
 //! # Rules every measurement follows
 //!
@@ -26,12 +27,15 @@
 //!
 //! Results are plain structs implementing [`Report`]: `to_json` for `--json` (one object per
 //! command, keyed by the command name; the fabric tests print one object per size and line)
-//! and `write_table` for humans. The CLI is in [`cli`].
+//! and `write_table` for humans; `figure` for `--plot FILE` (`.svg`, `.png`, or `.json` data),
+//! drawn by the `dp-plot` crate: latency tests draw an HdrHistogram-style percentile plot,
+//! size sweeps draw bandwidth and latency against size. The CLI is in [`cli`].
 
 pub mod cli;
 mod common;
 mod error;
 pub mod fabric;
+pub mod figures;
 pub mod harness;
 pub mod lcore_perf;
 pub mod limit;

@@ -18,6 +18,7 @@ use serde::Serialize;
 use std::io;
 
 use crate::{PerfError, Report};
+use dp_plot::{Figure, PercentileSeries};
 
 use crate::harness::{CpuPair, SpinBarrier, Summary, Timer, median, run_on, run_pair};
 
@@ -57,12 +58,15 @@ impl LimitConfig {
 }
 
 /// Result of the cache-line ping-pong.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PingPong {
     /// Median round trip divided by two, in nanoseconds.
     pub oneway_ns: f64,
     /// Round-trip times, in nanoseconds.
     pub rtt: Summary,
+    /// The distribution of the one-way times (half of each round trip), for `--plot`.
+    #[serde(skip)]
+    pub oneway: Option<PercentileSeries>,
 }
 
 /// Result of the memcpy run.
@@ -77,7 +81,7 @@ pub struct Bandwidth {
 }
 
 /// Both limits; see the [module docs](self).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LimitReport {
     /// CPUs used.
     #[serde(skip)]
@@ -96,6 +100,15 @@ impl Report for LimitReport {
                 "memcpy_gbps": self.memcpy.gbps,
             }
         })
+    }
+
+    fn figure(&self) -> Option<Figure> {
+        let mut f = Figure::new(format!(
+            "cache-line hand-off between CPUs {} and {}",
+            self.cpus.first, self.cpus.second
+        ));
+        f.percentiles.push(self.pingpong.oneway.clone()?);
+        Some(f)
     }
 
     fn write_table(&self, out: &mut dyn io::Write) -> io::Result<()> {
@@ -197,10 +210,15 @@ pub fn cacheline_oneway(cpus: CpuPair, round_trips: usize) -> Result<PingPong, P
         }
     };
     let (rtts, ()) = run_pair(cpus.as_array(), ping, pong)?;
+    let oneway = PercentileSeries::from_samples(
+        "one way (half of each round trip)",
+        rtts.iter().map(|r| r / 2),
+    );
     let rtt = Summary::from_samples(rtts).ok_or(PerfError::Usage("no round trips".into()))?;
     Ok(PingPong {
         oneway_ns: rtt.p50 as f64 / 2.0,
         rtt,
+        oneway,
     })
 }
 

@@ -28,4 +28,11 @@ pub trait Report {
     ///
     /// Errors of `out`.
     fn write_table(&self, out: &mut dyn io::Write) -> io::Result<()>;
+
+    /// The picture `--plot FILE` draws: a latency distribution, results over sizes, or both.
+    /// `None` for commands that have none (the CLI refuses `--plot` for them up front, see
+    /// [`Command::plots`](crate::cli::Command::plots)) and for the server side of a pair.
+    fn figure(&self) -> Option<dp_plot::Figure> {
+        None
+    }
 }

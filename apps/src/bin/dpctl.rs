@@ -53,6 +53,11 @@ enum Command {
         /// Do not serve the telemetry socket.
         #[arg(long)]
         no_telemetry: bool,
+        /// Draw the latency distribution (sinks: end to end; echo clients: round trip) as an
+        /// HdrHistogram-style percentile plot, one series per stage, to FILE: .svg or .png,
+        /// or .json for its data (`dp-perf plot` draws several runs in one chart). Repeatable.
+        #[arg(long, value_name = "FILE", value_parser = parse_plot_file)]
+        plot: Vec<PathBuf>,
     },
     /// Print the per-lcore and per-stage counters of a running pipeline, read from its
     /// telemetry socket as JSON.
@@ -80,6 +85,35 @@ enum Command {
         #[arg(long)]
         guard_secs: u64,
     },
+}
+
+fn parse_plot_file(s: &str) -> Result<PathBuf, String> {
+    let p = PathBuf::from(s);
+    dp_plot::Format::of(&p).map_err(|e| e.to_string())?;
+    Ok(p)
+}
+
+/// Draws `figure` into every `--plot` file; false (after saying why) if any failed or there
+/// was nothing to draw.
+fn draw(figure: Option<dp_plot::Figure>, files: &[PathBuf]) -> bool {
+    if files.is_empty() {
+        return true;
+    }
+    let Some(fig) = figure else {
+        eprintln!(
+            "dpctl: --plot: no stage recorded latency (a sink, or an rsocket_client with echo, \
+             records it); nothing to draw"
+        );
+        return false;
+    };
+    let mut ok = true;
+    for f in files {
+        if let Err(e) = dp_plot::write(&fig, f) {
+            eprintln!("dpctl: --plot: {e}");
+            ok = false;
+        }
+    }
+    ok
 }
 
 /// `10`, `10s`, `2.5s`, `500ms`, `1m`.
@@ -128,6 +162,7 @@ fn main() -> ExitCode {
             quiet,
             mode,
             no_telemetry,
+            plot,
         } => {
             let progress = match (quiet, json) {
                 (true, _) => ProgressOut::Off,
@@ -139,8 +174,8 @@ fn main() -> ExitCode {
                 Mode::Hybrid => PollMode::hybrid_default(),
             });
             match file {
-                Some(f) => run_file(&f, duration, json, progress, mode, !no_telemetry),
-                None => run_demo(duration, json, progress),
+                Some(f) => run_file(&f, duration, json, progress, mode, !no_telemetry, &plot),
+                None => run_demo(duration, json, progress, &plot),
             }
         }
         Command::Stats {
@@ -176,6 +211,7 @@ fn run_file(
     progress: ProgressOut,
     mode: Option<PollMode>,
     telemetry: bool,
+    plot: &[PathBuf],
 ) -> ExitCode {
     let cfg = match Config::from_file(file) {
         Ok(c) => c,
@@ -238,6 +274,9 @@ fn run_file(
         print!("{}", summary.render());
     }
     let _ = std::io::stdout().flush();
+    if !draw(summary.figure(), plot) {
+        return ExitCode::FAILURE;
+    }
     if summary.ok() {
         ExitCode::SUCCESS
     } else {
@@ -245,7 +284,12 @@ fn run_file(
     }
 }
 
-fn run_demo(duration: Option<Duration>, json: bool, progress: ProgressOut) -> ExitCode {
+fn run_demo(
+    duration: Option<Duration>,
+    json: bool,
+    progress: ProgressOut,
+    plot: &[PathBuf],
+) -> ExitCode {
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => {
@@ -276,6 +320,9 @@ fn run_demo(duration: Option<Duration>, json: bool, progress: ProgressOut) -> Ex
                 );
             } else {
                 print!("{}", r.render());
+            }
+            if !draw(r.figure(), plot) {
+                return ExitCode::FAILURE;
             }
             if r.ok() {
                 ExitCode::SUCCESS

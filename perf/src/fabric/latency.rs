@@ -7,6 +7,7 @@ use std::time::Instant;
 use dataplane::fabric::{
     Completion, Payload, Provider, RcQueuePair, RemoteAddr, SendFlags, SendOp, SendWr, WcOpcode,
 };
+use dp_plot::{PercentileSeries, fmt_bytes};
 use hdrhistogram::Histogram;
 
 use super::endpoint::{Endpoint, RECV_DEPTH, TIMEOUT, fail};
@@ -15,7 +16,10 @@ use super::session::{Req, Test};
 use crate::PerfError;
 use crate::harness::Timer;
 
-fn lat_row(size: usize, samples: &[u64], halve: bool) -> Result<LatRow, PerfError> {
+/// One size's latency result and its distribution (for `--plot`).
+pub(super) type Measured = (LatRow, PercentileSeries);
+
+fn lat_row(size: usize, samples: &[u64], halve: bool) -> Result<Measured, PerfError> {
     let div = if halve { 2.0 } else { 1.0 };
     let mut h = Histogram::<u64>::new(3).map_err(fail)?;
     for s in samples {
@@ -34,7 +38,9 @@ fn lat_row(size: usize, samples: &[u64], halve: bool) -> Result<LatRow, PerfErro
         .sum::<f64>()
         / n;
     let q = |p: f64| h.value_at_quantile(p) as f64;
-    Ok(LatRow {
+    let dist = PercentileSeries::from_histogram(fmt_bytes(size as f64), &h, 1.0)
+        .ok_or_else(|| fail("no latency samples"))?;
+    let row = LatRow {
         size,
         iters: samples.len() as u64,
         min_ns: min,
@@ -44,7 +50,8 @@ fn lat_row(size: usize, samples: &[u64], halve: bool) -> Result<LatRow, PerfErro
         stdev_ns: var.sqrt(),
         p99_ns: q(0.99),
         p999_ns: q(0.999),
-    })
+    };
+    Ok((row, dist))
 }
 
 fn marker(i: u64) -> u8 {
@@ -59,7 +66,7 @@ pub(super) fn ping_pong<P: Provider>(
     peer: RemoteAddr,
     inline: bool,
     timer: &Timer,
-) -> Result<LatRow, PerfError> {
+) -> Result<Measured, PerfError> {
     let n = req.iters;
     let size = req.size as usize;
     let mut out = [Completion::default(); 64];
@@ -93,7 +100,7 @@ pub(super) fn read_lat<P: Provider>(
     req: &Req,
     peer: RemoteAddr,
     timer: &Timer,
-) -> Result<LatRow, PerfError> {
+) -> Result<Measured, PerfError> {
     let n = req.iters;
     let size = req.size as usize;
     let mut out = [Completion::default(); 64];

@@ -3,6 +3,7 @@
 
 use std::io;
 
+use dp_plot::{Figure, PercentileSeries, SweepPoint, SweepSeries};
 use serde_json::json;
 
 use super::session::Test;
@@ -55,6 +56,8 @@ pub struct FabricReport {
     pub provider: &'static str,
     /// Latency rows (latency tests).
     pub lat: Vec<LatRow>,
+    /// The latency distribution of each row of `lat`, in the same order (for `--plot`).
+    pub dist: Vec<PercentileSeries>,
     /// Bandwidth rows (bandwidth tests).
     pub bw: Vec<BwRow>,
     /// Set on the server side, which measures nothing.
@@ -73,6 +76,61 @@ impl Report for FabricReport {
             writeln!(out, "{r}")?;
         }
         Ok(())
+    }
+
+    /// Latency tests: the distribution of each size, and with several sizes the median
+    /// against size; bandwidth tests: the average bandwidth against size.
+    fn figure(&self) -> Option<Figure> {
+        if self.served.is_some() {
+            return None;
+        }
+        let name = self.test.name();
+        let mut f = Figure::new(format!("dp-perf {name}, provider {}", self.provider));
+        if self.test.is_latency() {
+            let what = if self.test == Test::ReadLat {
+                "round trip"
+            } else {
+                "one way"
+            };
+            f.title = format!("{} ({what})", f.title);
+            f.percentiles = self
+                .dist
+                .iter()
+                .map(|d| PercentileSeries {
+                    label: format!("{name} {}", d.label),
+                    ..d.clone()
+                })
+                .collect();
+            if self.lat.len() > 1 {
+                f.sweep_latency = "p50".into();
+                f.sweep.push(SweepSeries {
+                    label: format!("{name} ({what}, {})", self.provider),
+                    points: self
+                        .lat
+                        .iter()
+                        .map(|r| SweepPoint {
+                            bytes: r.size as u64,
+                            gbps: None,
+                            lat_ns: Some(r.p50_ns),
+                        })
+                        .collect(),
+                });
+            }
+        } else {
+            f.sweep.push(SweepSeries {
+                label: format!("{name} ({})", self.provider),
+                points: self
+                    .bw
+                    .iter()
+                    .map(|r| SweepPoint {
+                        bytes: r.size as u64,
+                        gbps: Some(r.gbps),
+                        lat_ns: None,
+                    })
+                    .collect(),
+            });
+        }
+        Some(f)
     }
 
     fn write_table(&self, out: &mut dyn io::Write) -> io::Result<()> {

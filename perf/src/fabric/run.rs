@@ -13,7 +13,8 @@ use dataplane::fabric::{
 use super::bandwidth;
 use super::endpoint::{Endpoint, accept_one, connect_one, fail, wait_disconnect};
 use super::latency;
-use super::report::{BwRow, FabricReport, LatRow};
+use super::latency::Measured;
+use super::report::{BwRow, FabricReport};
 use super::session::{Req, Test};
 use crate::PerfError;
 use crate::common::Common;
@@ -117,6 +118,7 @@ impl FabricArgs {
             test,
             provider: P::NAME,
             lat: Vec::new(),
+            dist: Vec::new(),
             bw: Vec::new(),
             served: None,
         };
@@ -153,7 +155,10 @@ impl FabricArgs {
                     buf: RemoteAddr::default(),
                 };
                 let (lat, bw) = client_one::<P>(dev, addr, req, &timer)?;
-                report.lat.extend(lat);
+                if let Some((row, dist)) = lat {
+                    report.lat.push(row);
+                    report.dist.push(dist);
+                }
                 report.bw.extend(bw);
             }
             Ok(())
@@ -198,7 +203,7 @@ fn client_one<P: Provider>(
     addr: SocketAddr,
     mut req: Req,
     timer: &Timer,
-) -> Result<(Option<LatRow>, Option<BwRow>), PerfError> {
+) -> Result<(Option<Measured>, Option<BwRow>), PerfError> {
     let (mut cm, _pd, mut ep, peer) = connect_one::<P>(dev, addr, &mut req)?;
     let size = req.size as usize;
     let inline = size <= req.inline_size as usize && size <= dev.attr().max_inline_data as usize;

@@ -3,6 +3,7 @@
 
 use std::io::{self, Write};
 
+use dp_plot::{Figure, SweepPoint, SweepSeries};
 use serde_json::json;
 
 use crate::Report;
@@ -91,6 +92,46 @@ impl Report for RstreamReport {
             })
             .collect();
         json!({ "rstream": rows })
+    }
+
+    /// Bandwidth (the `_bw` rows) and one-way time per transfer (the `_lat` rows) against
+    /// size, one series; a custom test (`-S N`, `-I`, `-C`) is one point with both.
+    fn figure(&self) -> Option<Figure> {
+        if self.served.is_some() {
+            return None;
+        }
+        let mut points: Vec<SweepPoint> = Vec::new();
+        for r in &self.rows {
+            let bytes = r.bytes as u64;
+            let i = match points.iter().position(|p| p.bytes == bytes) {
+                Some(i) => i,
+                None => {
+                    points.push(SweepPoint {
+                        bytes,
+                        gbps: None,
+                        lat_ns: None,
+                    });
+                    points.len() - 1
+                }
+            };
+            let custom = !r.name.ends_with("_lat") && !r.name.ends_with("_bw");
+            if r.name.ends_with("_bw") || custom {
+                points[i].gbps = Some(r.gbps());
+            }
+            if r.name.ends_with("_lat") || custom {
+                points[i].lat_ns = Some(r.usec_per_xfer() * 1e3);
+            }
+        }
+        points.sort_by_key(|p| p.bytes);
+        let mut f = Figure::new("rstream: bandwidth and latency against size");
+        f.sweep_latency = "one way, time per transfer".into();
+        let label = if self.transport == "tcp" {
+            "kernel TCP (dp-perf rstream --tcp)".to_owned()
+        } else {
+            format!("rsockets on {} (dp-perf rstream)", self.transport)
+        };
+        f.sweep.push(SweepSeries { label, points });
+        Some(f)
     }
 
     fn write_table(&self, out: &mut dyn Write) -> io::Result<()> {
