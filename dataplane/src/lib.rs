@@ -9,6 +9,7 @@
 //! | [`fabric::shm`] | `dp-shm` | `dataplane/fabric/shm` | software RDMA between processes through shared memory |
 //! | `fabric::verbs` | `dp-verbs` | `dataplane/fabric/verbs` | real RDMA through rdma-core (feature `verbs`) |
 //! | [`rsocket`] | `dp-rsocket` | `dataplane/rsocket` | the socket API over RDMA, wire-compatible with librdmacm |
+//! | [`rnbd`] | `dp-rnbd` | `dataplane/rnbd` | the RNBD block service: wire format, server and client sessions, backends |
 //!
 //! Protocol crates depend on `dp-fabric`'s traits only, never on a provider. Test kits (the
 //! provider conformance suite, protocol simulators) are compiled only with the feature
@@ -33,10 +34,13 @@ pub mod fabric {
 /// Wire codecs: the shared toolkit ([`dp_wire`]) and each protocol's formats.
 pub mod wire {
     /// rsocket's wire formats ([`dp_rsocket::wire`]).
+    /// RNBD's messages ([`dp_rnbd::wire`]).
+    pub use dp_rnbd::wire as rnbd;
     pub use dp_rsocket::wire as rsocket;
     pub use dp_wire::*;
 }
 
+pub use dp_rnbd as rnbd;
 pub use dp_rsocket as rsocket;
 
 #[cfg(feature = "testing")]
