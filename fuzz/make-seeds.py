@@ -88,3 +88,30 @@ put("wire_conn_data", "librdmacm", cd)
 # wire_ds_udp_header: family byte (0: IPv4), then a Data header from 10.1.2.3.
 put("wire_ds_udp_header", "data-v4", bytes([0]) + struct.pack(">I", 0x55555555) + bytes([4, 0, 16, 0]) + struct.pack(">I", 0x123456) + bytes([10, 1, 2, 3]))
 put("wire_ds_header", "v6", bytes([6, 24]) + struct.pack(">HI", 7174, 0x12345) + bytes(15) + b"\x01")
+
+
+# ---- RDS (dp-rds) ----
+def rds_header(seq, ack, length, sport, dport, flags=0, credit=0, ext=b""):
+    h = bytearray(struct.pack(">QQIHHBB", seq, ack, length, sport, dport, flags, credit) + bytes(6))
+    h += ext + bytes(16 - len(ext))
+    # RFC 1071 over the 48 bytes, stored big-endian at offset 30.
+    s = sum(struct.unpack(">24H", bytes(h)))
+    while s > 0xFFFF:
+        s = (s & 0xFFFF) + (s >> 16)
+    h[30:32] = struct.pack(">H", ~s & 0xFFFF)
+    return bytes(h)
+
+
+# The kernel-peers dump: the first RDS-TCP data message (19 bytes, 4000 -> 4001), unchecksummed.
+put("rds_header", "tcp_first_data", struct.pack(">QQIHH", 1, 0, 19, 4000, 4001) + bytes(24))
+put("rds_header", "ib_ack_only", rds_header(0, 5, 0, 0, 0))
+put("rds_header", "ib_fragment", rds_header(7, 3, 10240, 4000, 4001, 0x02, 17))
+put("rds_header", "probe_ping", rds_header(1, 0, 0, 1, 0, 0, 0, b"\x05\x00\x08\x06\xde\xad\xbe\xef"))
+put("rds_header", "cong_map", rds_header(0, 0, 8192, 0, 0, 0x01))
+put("rds_exthdr", "npaths_gen_sport", b"\x05\x00\x08\x06\xde\xad\xbe\xef\x08\x00")
+put("rds_exthdr", "rdma_dest", b"\x02\x00\x00\x00\x01\x03\x00\x00\x00\x02\x00\x00\x00\x03")
+put("rds_cong", "one_port", bytes(500) + b"\x02" + bytes(7691))
+# rds_ib_connect_private as Linux 6.1 sends it over Soft-RoCE (10.78.0.1 -> 10.78.0.2, 3.1).
+put("rds_ib_priv", "v4_kernel", bytes([10, 78, 0, 1, 10, 78, 0, 2, 3, 1, 0, 3]) + bytes(20))
+put("rds_ib_priv", "v6_4_1", bytes(15) + b"\x01" + bytes(15) + b"\x02"
+    + bytes([4, 1, 0, 3, 0, 0, 0, 0]) + struct.pack(">QI", 9, 64) + bytes(4))

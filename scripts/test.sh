@@ -33,8 +33,9 @@ took
 # The wire codecs, the protocol state machines and mempool once more in debug, where
 # overflow checks and `debug_assert!`s run (the release run above skips both).
 echo "== unit tests in debug (wire codecs, state machines, shm control messages, mempool)"
-cargo test -p dp-wire -p dp-rsocket -p dp-shm -p mempool --lib -- --test-threads=2
+cargo test -p dp-wire -p dp-rsocket -p dp-rds -p dp-shm -p mempool --lib -- --test-threads=2
 cargo test -p dp-rsocket --test rsocket_sim -- --test-threads=2
+cargo test -p dp-rds --test rds_protocol --test rds_hostile --test rds_reliability --test rds_socket -- --test-threads=2
 
 took
 # The C API tests of the drop-in librdmacm.so.1 (built above in release) under memcheck.

@@ -10,6 +10,7 @@
 //! | `fabric::verbs` | `dp-verbs` | `dataplane/fabric/verbs` | real RDMA through rdma-core (feature `verbs`) |
 //! | [`rsocket`] | `dp-rsocket` | `dataplane/rsocket` | the socket API over RDMA, wire-compatible with librdmacm |
 //! | [`rnbd`] | `dp-rnbd` | `dataplane/rnbd` | the RNBD block service: wire format, server and client sessions, backends |
+//! | [`rds`] | `dp-rds` | `dataplane/rds` | RDS: reliable datagram sockets, the sans-IO protocol core with Linux's socket semantics |
 //!
 //! Protocol crates depend on `dp-fabric`'s traits only, never on a provider. Test kits (the
 //! provider conformance suite, protocol simulators) are compiled only with the feature
@@ -33,6 +34,8 @@ pub mod fabric {
 
 /// Wire codecs: the shared toolkit ([`dp_wire`]) and each protocol's formats.
 pub mod wire {
+    /// RDS's wire formats ([`dp_rds::wire`]).
+    pub use dp_rds::wire as rds;
     /// rsocket's wire formats ([`dp_rsocket::wire`]).
     /// RNBD's messages ([`dp_rnbd::wire`]).
     pub use dp_rnbd::wire as rnbd;
@@ -41,6 +44,7 @@ pub mod wire {
 }
 
 pub use dp_rnbd as rnbd;
+pub use dp_rds as rds;
 pub use dp_rsocket as rsocket;
 
 #[cfg(feature = "testing")]

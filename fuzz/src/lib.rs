@@ -1,6 +1,7 @@
 //! Shared code of the fuzz targets in `fuzz_targets/` (each target is a thin file over a
 //! function here or over an entry point of the crate it fuzzes). See `README.md`.
 
+pub mod rds;
 pub mod stream;
 
 /// Splits off a little-endian integer of `N` bytes from the front of `data` (zero-padded
