@@ -10,6 +10,7 @@
 //! | `fabric::verbs` | `dp-verbs` | `dataplane/fabric/verbs` | real RDMA through rdma-core (feature `verbs`) |
 //! | [`rsocket`] | `dp-rsocket` | `dataplane/rsocket` | the socket API over RDMA, wire-compatible with librdmacm |
 //! | [`rtrs`] | `dp-rtrs` | `dataplane/rtrs` | RTRS, multipath RDMA transport for block IO (Linux RTRS 2.0), as sans-IO state machines |
+//! | [`rnbd`] | `dp-rnbd` | `dataplane/rnbd` | the RNBD block service: wire format, server and client sessions, backends |
 //! | [`rds`] | `dp-rds` | `dataplane/rds` | RDS: reliable datagram sockets, the sans-IO protocol core with Linux's socket semantics |
 //!
 //! Protocol crates depend on `dp-fabric`'s traits only, never on a provider. Test kits (the
@@ -17,8 +18,9 @@
 //! `testing`.
 //!
 //! Invariants: data-path calls (`post_send`, `post_recv`, `poll`) never allocate and never
-//! make a system call; unsafe code lives only in the provider crates and in `dp-fabric`'s
-//! `sync` and `sys` modules, and every unsafe block states the invariant it relies on;
+//! make a system call; unsafe code lives only in the provider crates, in `dp-fabric`'s
+//! `sync` and `sys` modules and in `dp-rnbd`'s block backends and request path (raw chunk
+//! memory, io_uring), and every unsafe block states the invariant it relies on;
 //! protocol state machines take time and inputs as arguments and perform no I/O.
 #![forbid(unsafe_code)]
 
@@ -37,12 +39,15 @@ pub mod wire {
     /// RDS's wire formats ([`dp_rds::wire`]).
     pub use dp_rds::wire as rds;
     /// rsocket's wire formats ([`dp_rsocket::wire`]).
+    /// RNBD's messages ([`dp_rnbd::wire`]).
+    pub use dp_rnbd::wire as rnbd;
     pub use dp_rsocket::wire as rsocket;
     /// RTRS's wire formats ([`dp_rtrs::wire`]).
     pub use dp_rtrs::wire as rtrs;
     pub use dp_wire::*;
 }
 
+pub use dp_rnbd as rnbd;
 pub use dp_rds as rds;
 pub use dp_rsocket as rsocket;
 pub use dp_rtrs as rtrs;

@@ -27,6 +27,7 @@ use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 use mempool::ring::SyncType;
 
+use crate::blk::BlkArgs;
 pub use crate::common::Common;
 use crate::fabric::{FabricArgs, Test};
 use crate::figures::PlotArgs;
@@ -87,6 +88,9 @@ pub enum Command {
     ReadBw(FabricArgs),
     /// librdmacm's `rstream` over rsockets (or kernel TCP with --tcp / -T s), same table.
     Rstream(RstreamArgs),
+    /// fio-style block IO (--rw, --bs, --iodepth, --numjobs, --runtime, --size, --verify)
+    /// against a file or block device through io_uring; fio's summary and JSON.
+    Blk(BlkArgs),
     /// Draw figure files that earlier runs wrote with `--plot FILE.json` into one chart
     /// (`--plot OUT.svg`): an rsocket run next to its `--tcp` twin, write against send.
     Plot(PlotArgs),
@@ -112,6 +116,7 @@ impl Command {
             Self::ReadLat(a) => Box::new(a.run(Test::ReadLat, common)?),
             Self::ReadBw(a) => Box::new(a.run(Test::ReadBw, common)?),
             Self::Rstream(a) => Box::new(a.run(common)?),
+            Self::Blk(a) => Box::new(a.run(common)?),
             Self::Plot(a) => Box::new(a.run()?),
         })
     }
@@ -140,7 +145,7 @@ impl Command {
         if !name.is_empty() {
             return Err(PerfError::Usage(format!(
                 "--plot: `dp-perf {name}` draws no plot; plots come from limit, write-lat, \
-                 send-lat, read-lat, write-bw, send-bw, read-bw, rstream and plot"
+                 send-lat, read-lat, write-bw, send-bw, read-bw, rstream, blk and plot"
             )));
         }
         let server = match self {

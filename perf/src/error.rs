@@ -55,6 +55,10 @@ pub enum PerfError {
     /// the message says how to get it.
     #[error("{0}")]
     Unavailable(String),
+    /// A block IO run found bad data (`--verify`) or failed IOs; the message says which
+    /// job, how many, and the first fault.
+    #[error("{0}")]
+    Verify(String),
     /// Memory for a buffer could not be allocated.
     #[error("cannot allocate {bytes} bytes for {what}")]
     Alloc {

@@ -12,6 +12,7 @@
 //! | `dp-perf limit` | [`limit`] | the host: cache-line hand-off, memcpy |
 //! | `dp-perf write-lat`, `write-bw`, `send-lat`, `send-bw`, `read-lat`, `read-bw` | [`fabric`] | perftest (`ib_write_lat`, ...) |
 //! | `dp-perf rstream` | [`rstream`] | librdmacm's `rstream`, kernel TCP |
+//! | `dp-perf blk` | [`blk`] | fio (`--rw`, `--bs`, `--iodepth`, ...; fio's summary and JSON) |
 //! | `dp-perf plot` | [`figures`] | draws `--plot FILE.json` data of several runs in one chart |
 //!
 //! # Rules every measurement follows
@@ -31,6 +32,7 @@
 //! drawn by the `dp-plot` crate: latency tests draw an HdrHistogram-style percentile plot,
 //! size sweeps draw bandwidth and latency against size. The CLI is in [`cli`].
 
+pub mod blk;
 pub mod cli;
 mod common;
 mod error;

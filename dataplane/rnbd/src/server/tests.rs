@@ -1,0 +1,319 @@
+use super::*;
+use crate::backend::{BlkDone, MemBackend};
+use crate::export::SearchPath;
+use crate::wire::{Open, Rw, SessInfo, SessInfoRsp};
+
+fn exports() -> Exports<MemBackend> {
+    let mut e = Exports::new(SearchPath::new("/mem").unwrap());
+    e.add(
+        "/mem/disk0",
+        MemBackend::new("t-rnbd-srv", 1 << 20, 64).unwrap(),
+    );
+    e
+}
+
+/// Runs one request with a chunk of `chunk.len()` bytes; completes backend IOs at once.
+fn req(
+    s: &mut ServerSession,
+    e: &mut Exports<MemBackend>,
+    dir: Dir,
+    usr: &[u8],
+    chunk: &mut [u8],
+) -> i32 {
+    // SAFETY: chunk is a live exclusive buffer for the whole call (the backend completes
+    // before we return).
+    let r = unsafe { s.handle(e, 1, dir, usr, chunk.as_mut_ptr(), chunk.len()) };
+    match r {
+        Some(errno) => errno,
+        None => {
+            let path = PathBuf::from("/mem/disk0");
+            let mut out = [BlkDone::default(); 1];
+            let n = e.get_mut(&path).unwrap().backend.poll(&mut out);
+            assert_eq!(n, 1, "the IO was not completed");
+            s.complete(out[0].result)
+        }
+    }
+}
+
+fn open(
+    s: &mut ServerSession,
+    e: &mut Exports<MemBackend>,
+    name: &[u8],
+    mode: AccessMode,
+) -> Result<OpenRsp, i32> {
+    let mut m = [0u8; Open::LEN];
+    Open {
+        access_mode: mode,
+        dev_name: name,
+    }
+    .emit(&mut m);
+    let mut chunk = [0u8; 4096];
+    match req(s, e, Dir::Read, &m, &mut chunk) {
+        0 => match Msg::parse(&chunk[..OpenRsp::LEN]) {
+            Ok(Msg::OpenRsp(r)) => Ok(r),
+            other => panic!("{other:?}"),
+        },
+        errno => Err(errno),
+    }
+}
+
+fn io(
+    s: &mut ServerSession,
+    e: &mut Exports<MemBackend>,
+    dir: Dir,
+    id: u32,
+    rw: Rw,
+    sector: u64,
+    chunk: &mut [u8],
+) -> i32 {
+    let mut m = [0u8; Io::LEN];
+    Io {
+        device_id: id,
+        sector,
+        rw,
+        bi_size: chunk.len() as u32,
+        prio: 0,
+    }
+    .emit(&mut m);
+    req(s, e, dir, &m, chunk)
+}
+
+#[test]
+fn test_sess_info_answers_the_lower_version() {
+    let mut e = exports();
+    let mut s = ServerSession::new("s1");
+    let mut m = [0u8; SessInfo::LEN];
+    SessInfo { ver: 9 }.emit(&mut m);
+    let mut chunk = [0u8; 64];
+    assert_eq!(req(&mut s, &mut e, Dir::Read, &m, &mut chunk), 0);
+    assert_eq!(
+        Msg::parse(&chunk[..SessInfoRsp::LEN]),
+        Ok(Msg::SessInfoRsp(SessInfoRsp {
+            ver: PROTO_VER_MAJOR
+        }))
+    );
+}
+
+#[test]
+fn test_open_write_read_close() {
+    let mut e = exports();
+    let mut s = ServerSession::new("s1");
+    let rsp = open(&mut s, &mut e, b"disk0", AccessMode::Rw).unwrap();
+    assert_eq!(rsp.nsectors, (1 << 20) / 512);
+    assert_eq!(rsp.logical_block_size, 512);
+    let mut w = vec![7u8; 4096];
+    assert_eq!(
+        io(
+            &mut s,
+            &mut e,
+            Dir::Write,
+            rsp.device_id,
+            Rw::new(Op::Write, F_FUA),
+            8,
+            &mut w
+        ),
+        0
+    );
+    let mut r = vec![0u8; 4096];
+    assert_eq!(
+        io(
+            &mut s,
+            &mut e,
+            Dir::Read,
+            rsp.device_id,
+            Rw::new(Op::Read, 0),
+            8,
+            &mut r
+        ),
+        0
+    );
+    assert_eq!(r, w);
+    // Reopening the same name is the same device.
+    assert_eq!(
+        open(&mut s, &mut e, b"disk0", AccessMode::Rw)
+            .unwrap()
+            .device_id,
+        rsp.device_id
+    );
+    let mut c = [0u8; Close::LEN];
+    Close {
+        device_id: rsp.device_id,
+    }
+    .emit(&mut c);
+    assert_eq!(req(&mut s, &mut e, Dir::Write, &c, &mut []), 0);
+    assert_eq!(
+        io(
+            &mut s,
+            &mut e,
+            Dir::Read,
+            rsp.device_id,
+            Rw::new(Op::Read, 0),
+            8,
+            &mut r
+        ),
+        libc::ENOTCONN
+    );
+}
+
+#[test]
+fn test_second_writer_is_eperm_and_readonly_cannot_write() {
+    let mut e = exports();
+    let mut a = ServerSession::new("a");
+    let mut b = ServerSession::new("b");
+    open(&mut a, &mut e, b"disk0", AccessMode::Rw).unwrap();
+    assert_eq!(
+        open(&mut b, &mut e, b"disk0", AccessMode::Rw),
+        Err(libc::EPERM)
+    );
+    let ro = open(&mut b, &mut e, b"disk0", AccessMode::Ro).unwrap();
+    let mut w = vec![1u8; 512];
+    assert_eq!(
+        io(
+            &mut b,
+            &mut e,
+            Dir::Write,
+            ro.device_id,
+            Rw::new(Op::Write, 0),
+            0,
+            &mut w
+        ),
+        libc::EPERM
+    );
+    assert_eq!(
+        open(&mut b, &mut e, b"../etc/passwd", AccessMode::Ro),
+        Err(libc::EINVAL)
+    );
+    assert_eq!(
+        open(&mut b, &mut e, b"disk9", AccessMode::Ro),
+        Err(libc::ENOENT)
+    );
+}
+
+#[test]
+fn test_hostile_requests_are_refused_not_served() {
+    let mut e = exports();
+    let mut s = ServerSession::new("s1");
+    let d = open(&mut s, &mut e, b"disk0", AccessMode::Rw)
+        .unwrap()
+        .device_id;
+    let mut buf = vec![0u8; 4096];
+    // Past the end of the device, sector overflowing a byte offset, unknown op, data
+    // longer than the chunk, direction not matching the operation, garbage.
+    assert_eq!(
+        io(
+            &mut s,
+            &mut e,
+            Dir::Read,
+            d,
+            Rw::new(Op::Read, 0),
+            (1 << 20) / 512,
+            &mut buf
+        ),
+        libc::EINVAL
+    );
+    assert_eq!(
+        io(
+            &mut s,
+            &mut e,
+            Dir::Read,
+            d,
+            Rw::new(Op::Read, 0),
+            u64::MAX / 256,
+            &mut buf
+        ),
+        libc::EINVAL
+    );
+    assert_eq!(
+        io(&mut s, &mut e, Dir::Write, d, Rw(0x17), 0, &mut buf),
+        libc::EOPNOTSUPP
+    );
+    let mut m = [0u8; Io::LEN];
+    Io {
+        device_id: d,
+        sector: 0,
+        rw: Rw::new(Op::Read, 0),
+        bi_size: 8192,
+        prio: 0,
+    }
+    .emit(&mut m);
+    assert_eq!(req(&mut s, &mut e, Dir::Read, &m, &mut buf), libc::EINVAL);
+    assert_eq!(
+        io(
+            &mut s,
+            &mut e,
+            Dir::Write,
+            d,
+            Rw::new(Op::Read, 0),
+            0,
+            &mut buf
+        ),
+        libc::EINVAL
+    );
+    assert_eq!(
+        io(
+            &mut s,
+            &mut e,
+            Dir::Read,
+            77,
+            Rw::new(Op::Read, 0),
+            0,
+            &mut buf
+        ),
+        libc::ENOTCONN
+    );
+    assert_eq!(
+        req(&mut s, &mut e, Dir::Read, &[1, 2, 3], &mut buf),
+        libc::EINVAL
+    );
+    let st = s.stats();
+    assert!(
+        st.malformed >= 3 && st.refused >= 2 && st.unknown_device == 1,
+        "{st:?}"
+    );
+}
+
+#[test]
+fn test_discard_and_write_zeroes_are_dataless() {
+    let mut e = exports();
+    let mut s = ServerSession::new("s1");
+    let d = open(&mut s, &mut e, b"disk0", AccessMode::Rw)
+        .unwrap()
+        .device_id;
+    let mut w = vec![9u8; 4096];
+    assert_eq!(
+        io(
+            &mut s,
+            &mut e,
+            Dir::Write,
+            d,
+            Rw::new(Op::Write, 0),
+            0,
+            &mut w
+        ),
+        0
+    );
+    let mut m = [0u8; Io::LEN];
+    Io {
+        device_id: d,
+        sector: 0,
+        rw: Rw::new(Op::Discard, 0),
+        bi_size: 4096,
+        prio: 0,
+    }
+    .emit(&mut m);
+    assert_eq!(req(&mut s, &mut e, Dir::Write, &m, &mut []), 0);
+    let mut r = vec![1u8; 4096];
+    assert_eq!(
+        io(
+            &mut s,
+            &mut e,
+            Dir::Read,
+            d,
+            Rw::new(Op::Read, 0),
+            0,
+            &mut r
+        ),
+        0
+    );
+    assert!(r.iter().all(|&x| x == 0));
+}
