@@ -47,8 +47,8 @@ pub mod wire {
     pub use dp_wire::*;
 }
 
-pub use dp_rnbd as rnbd;
 pub use dp_rds as rds;
+pub use dp_rnbd as rnbd;
 pub use dp_rsocket as rsocket;
 pub use dp_rtrs as rtrs;
 

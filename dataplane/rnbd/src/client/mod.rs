@@ -1065,4 +1065,5 @@ fn errno_of(e: BlkError) -> i32 {
 }
 
 #[cfg(test)]
+#[allow(unsafe_code)] // drives a server session, whose request path takes raw chunk memory
 mod tests;

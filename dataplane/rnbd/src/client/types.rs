@@ -31,7 +31,7 @@ pub enum Payload {
     /// Nothing (close, flush, discard, write-zeroes).
     None,
     /// A response of up to this many bytes the server RDMA-writes into a buffer of the
-    /// driver's; the driver passes its bytes back to [`ClientSession::complete`].
+    /// driver's; the driver passes its bytes back to [`ClientSession::complete`](super::ClientSession::complete).
     Answer(u32),
     /// The user's data: the source of a write, the destination of a read.
     Data(Buf),
@@ -54,7 +54,7 @@ pub enum SubmitError {
 /// The transport a client session sends its messages through (an RTRS client session).
 pub trait ClientTransport {
     /// Sends `usr` as an RTRS request `dir` on `con` with `payload`. The request's
-    /// completion must be reported once with [`ClientSession::complete`] and `tag`.
+    /// completion must be reported once with [`ClientSession::complete`](super::ClientSession::complete) and `tag`.
     ///
     /// # Errors
     /// [`SubmitError`]: nothing was sent and no completion will come.
@@ -236,7 +236,7 @@ pub enum ClientEvent {
         dev: DevId,
     },
     /// The remap after a reconnect failed; the device stays disconnected (remap it with
-    /// [`ClientSession::remap`]).
+    /// [`ClientSession::remap`](super::ClientSession::remap)).
     RemapFailed {
         /// The device.
         dev: DevId,
