@@ -34,6 +34,7 @@ use crate::limit::{self, LimitConfig};
 use crate::pool_perf::{self, MempoolConfig};
 use crate::ring_perf::{self, RingConfig};
 use crate::rstream::RstreamArgs;
+use crate::rtrs::RtrsArgs;
 use crate::{PerfError, Report};
 
 /// The whole command line.
@@ -86,6 +87,9 @@ pub enum Command {
     ReadBw(FabricArgs),
     /// librdmacm's `rstream` over rsockets (or kernel TCP with --tcp / -T s), same table.
     Rstream(RstreamArgs),
+    /// RTRS block IO (the RNBD transport) as fio drives it: IOPS, Gb/s and latency of
+    /// --iodepth requests of --bs bytes over --paths paths; --kill-path-after tests failover.
+    Rtrs(RtrsArgs),
     /// Draw figure files that earlier runs wrote with `--plot FILE.json` into one chart
     /// (`--plot OUT.svg`): an rsocket run next to its `--tcp` twin, write against send.
     Plot(PlotArgs),
@@ -111,6 +115,7 @@ impl Command {
             Self::ReadLat(a) => Box::new(a.run(Test::ReadLat, common)?),
             Self::ReadBw(a) => Box::new(a.run(Test::ReadBw, common)?),
             Self::Rstream(a) => Box::new(a.run(common)?),
+            Self::Rtrs(a) => Box::new(a.run(common)?),
             Self::Plot(a) => Box::new(a.run()?),
         })
     }
@@ -139,7 +144,7 @@ impl Command {
         if !name.is_empty() {
             return Err(PerfError::Usage(format!(
                 "--plot: `dp-perf {name}` draws no plot; plots come from limit, write-lat, \
-                 send-lat, read-lat, write-bw, send-bw, read-bw, rstream and plot"
+                 send-lat, read-lat, write-bw, send-bw, read-bw, rstream, rtrs and plot"
             )));
         }
         let server = match self {
@@ -150,6 +155,7 @@ impl Command {
             | Self::ReadLat(a)
             | Self::ReadBw(a) => a.server,
             Self::Rstream(a) => a.server,
+            Self::Rtrs(a) => a.server,
             _ => false,
         };
         if server {

@@ -12,6 +12,7 @@
 //! | `dp-perf limit` | [`limit`] | the host: cache-line hand-off, memcpy |
 //! | `dp-perf write-lat`, `write-bw`, `send-lat`, `send-bw`, `read-lat`, `read-bw` | [`fabric`] | perftest (`ib_write_lat`, ...) |
 //! | `dp-perf rstream` | [`rstream`] | librdmacm's `rstream`, kernel TCP |
+//! | `dp-perf rtrs` | [`rtrs`] | fio over RNBD (RTRS block IO, multipath failover) |
 //! | `dp-perf plot` | [`figures`] | draws `--plot FILE.json` data of several runs in one chart |
 //!
 //! # Rules every measurement follows
@@ -43,6 +44,7 @@ pub mod pool_perf;
 mod report;
 pub mod ring_perf;
 pub mod rstream;
+pub mod rtrs;
 
 pub use error::PerfError;
 pub use report::Report;

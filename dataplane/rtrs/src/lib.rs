@@ -21,6 +21,7 @@
 //! | [`srv`] | the server: [`srv::Server`] with its sessions, paths and responses |
 //! | [`stats`] | counters in the shape of Linux's sysfs files |
 //! | [`error`] | `Copy` errors: peer violations, per-IO errors, control errors, each with its errno |
+//! | [`fabric`] | the drivers that run both sides on a `dp-fabric` provider: [`fabric::ClientDriver`], [`fabric::ServerDriver`] |
 //! | `sim` (feature `testing`) | a deterministic simulator: both sides over simulated paths in virtual time |
 //!
 //! Nothing here does I/O, reads a clock, spawns a thread or allocates on the data path (the
@@ -144,6 +145,7 @@
 
 pub mod clt;
 pub mod error;
+pub mod fabric;
 pub mod permit;
 #[cfg(feature = "testing")]
 pub mod sim;

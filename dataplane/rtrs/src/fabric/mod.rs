@@ -1,0 +1,52 @@
+//! The fabric drivers: the client and server state machines on real queue pairs, over any
+//! `dp-fabric` provider (`shm`, `verbs`), never naming one.
+//!
+//! | file | what |
+//! |---|---|
+//! | [`client`] | [`ClientDriver`]: [`ClientIo`](crate::clt::ClientIo) over a provider, and the loop that runs a [`ClientSession`](crate::clt::ClientSession) |
+//! | [`server`] | [`ServerDriver`]: [`ServerIo`](crate::srv::ServerIo) over a provider, and the loop that runs a [`Server`](crate::srv::Server) |
+//! | `qp` | one connection: completion queue, queue pair, receive buffers, and the translation of [`Wr`](crate::work::Wr) into `SendWr` |
+//!
+//! # Resources
+//!
+//! * **One completion queue per connection** (send and receive), as Linux's RTRS has; the
+//!   driver polls every connection's queue in its [`poll`](ClientDriver::poll) and hands
+//!   each completion to the state machine with the connection it belongs to.
+//! * **One protection domain per path** on both sides. The server registers a session's
+//!   chunks in each of the session's paths' domains, so a client's connections can write
+//!   only its own session's chunks (the provider checks keys against the queue pair's
+//!   domain); the client registers its header buffers and data regions in each path's
+//!   domain, so only that path's server connections reach them. `close_path` drops the
+//!   path's queue pairs, then its registrations and domain: once it returns, nothing of the
+//!   path moves data and old keys are revoked.
+//! * **Receives** complete in the order they were posted (flushes too), so each
+//!   connection keeps its posted receives in a FIFO: an empty receive (RDMA WRITE with
+//!   immediate) takes no memory, an `rkey_rsp` takes an 8-byte slot of a small ring, the
+//!   info exchange a control buffer made once per connection. Payloads are copied out of
+//!   registered memory before the state machine reads them (a peer may write there).
+//! * **Paths are connection sets to their own server address**: the client takes the
+//!   addresses queued with [`ClientDriver::add_route`] in the order its paths first
+//!   connect; the server listens on one address per path ([`ServerDriver::new`]; over shm,
+//!   distinct ports).
+//!
+//! # Modes
+//!
+//! The drivers run the **registered-once** mode: client data registered once per path
+//! ([`Mapped::register`](crate::clt::Mapped) `None`), server `always_invalidate = false`.
+//! The invalidation work requests (`LOCAL_INV`, `SEND_WITH_INV`, re-registration) are not
+//! in `dp-fabric` yet: such a request is refused with `Unsupported`, and a server with
+//! `always_invalidate` refuses connections with `-EOPNOTSUPP` (its `map_chunks` fails).
+//!
+//! # Cost on the data path
+//!
+//! A request is one `post_send` of a chain built on the stack (at most [`MAX_CHAIN`]
+//! requests); a completion is a copy of at most 8 bytes of payload. No allocation, no
+//! system call, no lock beyond the provider's.
+
+pub mod client;
+mod qp;
+pub mod server;
+
+pub use client::{ClientDriver, ClientDriverConfig, DriverStats};
+pub use qp::MAX_CHAIN;
+pub use server::ServerDriver;

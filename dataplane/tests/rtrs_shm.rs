@@ -1,0 +1,448 @@
+//! RTRS on a real fabric: the client and server state machines run by their fabric drivers
+//! (`dp_rtrs::fabric`) over the shm provider, each side on its own thread, polling in
+//! hybrid mode (spin while busy, sleep briefly when idle) so both fit two cores.
+//!
+//! The server is a RAM disk: READs are answered from its memory, WRITEs stored there, and
+//! every byte is checked on the way (the client checks READ data, the server checks WRITE
+//! data against the pattern the request names).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use dataplane::fabric::shm::{Shm, ShmConfig, ShmDevice};
+use dataplane::rtrs::clt::{ClientConfig, ClientEvent, ClientSession, DataRef, MpPolicy, Request};
+use dataplane::rtrs::fabric::{ClientDriver, ClientDriverConfig, ServerDriver};
+use dataplane::rtrs::permit::{ConType, Permit, Wait};
+use dataplane::rtrs::srv::{Server, ServerConfig, ServerEvent, ServerIo};
+use dataplane::rtrs::work::{Dir, PathId};
+use lcore::time::{Clock, Instant, RealClock};
+use mempool::memory::{Region, RegionConfig};
+
+const QD: u16 = 32;
+const BS: usize = 4096;
+
+fn dir(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("dp-rtrs-{name}-{}", std::process::id()))
+}
+
+fn dev(dir: &PathBuf) -> Arc<ShmDevice> {
+    Arc::new(
+        ShmDevice::open(ShmConfig {
+            dir: Some(dir.clone()),
+            ..ShmConfig::default()
+        })
+        .expect("shm device"),
+    )
+}
+
+fn addr(port: u16) -> SocketAddr {
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 9, 1)), port)
+}
+
+/// The byte `i` of block `block`.
+fn pattern(block: u64, i: usize) -> u8 {
+    (block.wrapping_mul(0x9E37_79B9) as usize ^ i.wrapping_mul(131) ^ (i >> 7)) as u8
+}
+
+/// Hybrid polling: spin while there is work, sleep 20 us after 50 us of idleness.
+struct Idle(Option<std::time::Instant>);
+
+impl Idle {
+    fn after(&mut self, work: usize) {
+        if work > 0 {
+            self.0 = None;
+            return;
+        }
+        let t = *self.0.get_or_insert_with(std::time::Instant::now);
+        if t.elapsed() > Duration::from_micros(50) {
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+}
+
+/// What the server thread saw.
+#[derive(Debug, Default)]
+struct Served {
+    reads: u64,
+    writes: u64,
+    bad_writes: u64,
+}
+
+/// A RAM-disk server on `addrs` (one per path) until `stop`.
+fn server(
+    dir: PathBuf,
+    addrs: Vec<SocketAddr>,
+    stop: Arc<AtomicBool>,
+) -> (JoinHandle<Served>, mpsc::Receiver<()>) {
+    let (tx, rx) = mpsc::channel();
+    let h = std::thread::spawn(move || {
+        let clock = RealClock::new();
+        let mut drv = ServerDriver::<Shm>::new(dev(&dir), &addrs).expect("listen");
+        let mut srv = Server::new(ServerConfig {
+            queue_depth: QD,
+            chunk_size: 8192,
+            always_invalidate: false,
+            ..ServerConfig::default()
+        })
+        .expect("server config");
+        tx.send(()).unwrap();
+        let mut served = Served::default();
+        let mut idle = Idle(None);
+        let mut usr = [0u8; 8];
+        let mut data = vec![0u8; BS];
+        while !stop.load(Ordering::Relaxed) {
+            let now = clock.now();
+            let mut work = drv.poll(now, &mut srv);
+            while let Some(ev) = srv.poll_event() {
+                work += 1;
+                let ServerEvent::Request {
+                    op,
+                    sess,
+                    chunk,
+                    dir,
+                    data_len,
+                    usr_len,
+                    read_len,
+                } = ev
+                else {
+                    continue;
+                };
+                let mut status = 0;
+                if usr_len != 8
+                    || drv
+                        .read_chunk(sess, chunk, data_len, &mut usr)
+                        .is_err()
+                {
+                    status = -libc::EINVAL;
+                } else {
+                    let block = u64::from_le_bytes(usr);
+                    match dir {
+                        Dir::Read => {
+                            served.reads += 1;
+                            let n = (read_len as usize).min(BS);
+                            for (i, b) in data[..n].iter_mut().enumerate() {
+                                *b = pattern(block, i);
+                            }
+                            drv.write_chunk(sess, chunk, 0, &data[..n]).unwrap();
+                        }
+                        Dir::Write => {
+                            served.writes += 1;
+                            let n = (data_len as usize).min(BS);
+                            drv.read_chunk(sess, chunk, 0, &mut data[..n]).unwrap();
+                            if data[..n].iter().enumerate().any(|(i, b)| *b != pattern(block, i)) {
+                                served.bad_writes += 1;
+                                status = -libc::EIO;
+                            }
+                        }
+                    }
+                }
+                let _ = srv.resp_rdma(now, op, status, &mut drv);
+            }
+            idle.after(work);
+        }
+        served
+    });
+    (h, rx)
+}
+
+/// A client session over the shm fabric, with a data region of one block per permit.
+struct Client {
+    clock: RealClock,
+    drv: ClientDriver<Shm>,
+    sess: ClientSession,
+    data: Arc<Region>,
+    region: u32,
+    permits: Vec<Option<Permit>>,
+    /// Block each permit's request names.
+    blocks: Vec<u64>,
+    dirs: Vec<Dir>,
+    idle: Idle,
+    done: u64,
+    failed: u64,
+    bad_reads: u64,
+    path_events: Vec<ClientEvent>,
+}
+
+impl Client {
+    fn open(dir: &PathBuf, addrs: &[SocketAddr], policy: MpPolicy) -> Self {
+        let clock = RealClock::new();
+        let mut drv = ClientDriver::<Shm>::new(
+            dev(dir),
+            ClientDriverConfig {
+                max_queue_depth: QD,
+                hdr_bytes: 512,
+            },
+        )
+        .expect("driver");
+        for a in addrs {
+            drv.add_route(*a);
+        }
+        let data = Arc::new(
+            Region::new(
+                &RegionConfig::new("rtrs-test-data", usize::from(QD) * BS)
+                    .shareable(true)
+                    .quiet(),
+            )
+            .expect("data region"),
+        );
+        let region = drv.add_region(Arc::clone(&data)).expect("register");
+        let mut cfg = ClientConfig::new(b"rtrs-shm-test", [7; 16]).unwrap();
+        cfg.policy = policy;
+        cfg.reconnect_delay = Duration::from_millis(200);
+        let mut sess = ClientSession::new(cfg).unwrap();
+        let uuids: Vec<[u8; 16]> = (0..addrs.len()).map(|k| [k as u8 + 1; 16]).collect();
+        sess.open(clock.now(), &uuids, &mut drv).expect("open");
+        let mut c = Self {
+            clock,
+            drv,
+            sess,
+            data,
+            region,
+            permits: (0..QD).map(|_| None).collect(),
+            blocks: vec![0; usize::from(QD)],
+            dirs: vec![Dir::Read; usize::from(QD)],
+            idle: Idle(None),
+            done: 0,
+            failed: 0,
+            bad_reads: 0,
+            path_events: Vec::new(),
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            assert!(std::time::Instant::now() < deadline, "session did not open");
+            let now = c.clock.now();
+            let w = c.drv.poll(now, &mut c.sess);
+            let mut opened = false;
+            while let Some(ev) = c.sess.poll_event() {
+                match ev {
+                    ClientEvent::Opened { queue_depth, .. } => {
+                        assert_eq!(queue_depth, QD);
+                        opened = true;
+                    }
+                    ClientEvent::OpenFailed { error, .. } => panic!("open failed: {error:?}"),
+                    e => c.path_events.push(e),
+                }
+            }
+            if opened {
+                return c;
+            }
+            c.idle.after(w);
+        }
+    }
+
+    fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
+    /// Submits one request on a free permit, if any.
+    fn submit(&mut self, dir: Dir, block: u64) -> bool {
+        let Some(permits) = self.sess.permits().cloned() else {
+            return false;
+        };
+        let Some(p) = permits.get(ConType::Io, 0, Wait::NoWait) else {
+            return false;
+        };
+        let id = p.id();
+        let off = usize::from(id) * BS;
+        if dir == Dir::Write {
+            let buf: Vec<u8> = (0..BS).map(|i| pattern(block, i)).collect();
+            self.data.copy_in(off, &buf);
+        } else {
+            self.data.copy_in(off, &[0u8; BS]);
+        }
+        let usr = block.to_le_bytes();
+        let req = Request {
+            dir,
+            usr: &usr,
+            data: Some(DataRef {
+                region: self.region,
+                offset: off as u64,
+                len: BS as u32,
+            }),
+            ctx: block,
+        };
+        let now = self.now();
+        match self.sess.request(now, &p, req, &mut self.drv) {
+            Ok(()) => {
+                self.blocks[usize::from(id)] = block;
+                self.dirs[usize::from(id)] = dir;
+                self.permits[usize::from(id)] = Some(p);
+                true
+            }
+            Err(e) => {
+                permits.put(p);
+                panic!("request refused: {e:?}");
+            }
+        }
+    }
+
+    /// One poll turn; completions are checked and their permits put back.
+    fn turn(&mut self) -> usize {
+        let now = self.now();
+        let mut w = self.drv.poll(now, &mut self.sess);
+        while let Some(ev) = self.sess.poll_event() {
+            w += 1;
+            match ev {
+                ClientEvent::Completed { id, ctx, result } => {
+                    let i = usize::from(id);
+                    assert_eq!(ctx, self.blocks[i], "completion for the wrong request");
+                    match result {
+                        Ok(()) => {
+                            self.done += 1;
+                            if self.dirs[i] == Dir::Read {
+                                let mut got = vec![0u8; BS];
+                                self.data.copy_out(i * BS, &mut got);
+                                if got.iter().enumerate().any(|(k, b)| *b != pattern(ctx, k)) {
+                                    self.bad_reads += 1;
+                                }
+                            }
+                        }
+                        Err(_) => self.failed += 1,
+                    }
+                    let p = self.permits[i].take().expect("a permit in flight");
+                    self.sess.permits().unwrap().put(p);
+                }
+                e => self.path_events.push(e),
+            }
+        }
+        self.idle.after(w);
+        w
+    }
+
+    fn inflight(&self) -> usize {
+        self.permits.iter().filter(|p| p.is_some()).count()
+    }
+
+    /// Keeps `depth` requests in flight until `n` completed (or `until` returns true).
+    fn run(&mut self, n: u64, depth: usize, mut dir: impl FnMut(u64) -> Dir, mut hook: impl FnMut(&mut Self)) {
+        let start = self.done + self.failed;
+        let mut block = 1000 * start;
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while self.done + self.failed < start + n {
+            assert!(std::time::Instant::now() < deadline, "IO stalled: {} done", self.done);
+            while self.inflight() < depth && self.done + self.failed + (self.inflight() as u64) < start + n {
+                block += 1;
+                if !self.submit(dir(block), block) {
+                    break;
+                }
+            }
+            self.turn();
+            hook(self);
+        }
+    }
+
+    fn drain(&mut self) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while self.inflight() > 0 {
+            assert!(std::time::Instant::now() < deadline, "requests never completed");
+            self.turn();
+        }
+    }
+
+    fn close(mut self) {
+        self.drain();
+        let now = self.now();
+        self.sess.close(now, &mut self.drv);
+        while self.sess.poll_event().is_some() {}
+    }
+
+    fn path_up_count(&self, path: PathId) -> usize {
+        self.path_events
+            .iter()
+            .filter(|e| matches!(e, ClientEvent::PathUp { path: p } if *p == path))
+            .count()
+    }
+}
+
+#[test]
+fn read_and_write_data_integrity_over_shm() {
+    let d = dir("rw");
+    let addrs = vec![addr(7101)];
+    let stop = Arc::new(AtomicBool::new(false));
+    let (h, ready) = server(d.clone(), addrs.clone(), Arc::clone(&stop));
+    ready.recv().unwrap();
+    let mut c = Client::open(&d, &addrs, MpPolicy::MinInflight);
+    c.run(4000, usize::from(QD), |b| if b % 3 == 0 { Dir::Write } else { Dir::Read }, |_| {});
+    c.drain();
+    let (done, failed, bad) = (c.done, c.failed, c.bad_reads);
+    c.close();
+    stop.store(true, Ordering::Relaxed);
+    let served = h.join().unwrap();
+    assert_eq!(failed, 0, "no request may fail");
+    assert_eq!(bad, 0, "every READ returns the server's bytes");
+    assert_eq!(served.bad_writes, 0, "every WRITE lands intact");
+    assert_eq!(done, 4000);
+    assert!(served.reads > 2000 && served.writes > 1000, "{served:?}");
+    let _ = std::fs::remove_dir_all(d);
+}
+
+#[test]
+fn two_paths_round_robin_share_the_load() {
+    let d = dir("rr");
+    let addrs = vec![addr(7201), addr(7202)];
+    let stop = Arc::new(AtomicBool::new(false));
+    let (h, ready) = server(d.clone(), addrs.clone(), Arc::clone(&stop));
+    ready.recv().unwrap();
+    let mut c = Client::open(&d, &addrs, MpPolicy::RoundRobin);
+    c.run(2000, 16, |_| Dir::Read, |_| {});
+    c.drain();
+    let paths: Vec<PathId> = c.sess.paths().collect();
+    assert_eq!(paths.len(), 2);
+    let per: Vec<u64> = paths
+        .iter()
+        .map(|p| c.sess.path_stats(*p).unwrap().rdma.read_cnt)
+        .collect();
+    assert_eq!(c.failed + c.bad_reads, 0);
+    c.close();
+    stop.store(true, Ordering::Relaxed);
+    h.join().unwrap();
+    assert!(per.iter().all(|&n| n > 500), "both paths carry requests: {per:?}");
+    let _ = std::fs::remove_dir_all(d);
+}
+
+#[test]
+fn killed_path_fails_over_without_errors_and_reconnects() {
+    let d = dir("kill");
+    let addrs = vec![addr(7301), addr(7302)];
+    let stop = Arc::new(AtomicBool::new(false));
+    let (h, ready) = server(d.clone(), addrs.clone(), Arc::clone(&stop));
+    ready.recv().unwrap();
+    let mut c = Client::open(&d, &addrs, MpPolicy::RoundRobin);
+    let victim = c.sess.paths().next().unwrap();
+    let killed = AtomicU64::new(0);
+    c.run(3000, usize::from(QD), |_| Dir::Read, |c| {
+        if c.done > 500 && killed.load(Ordering::Relaxed) == 0 {
+            let n = c.drv.kill_path(victim);
+            killed.store(n as u64, Ordering::Relaxed);
+        }
+    });
+    assert!(killed.load(Ordering::Relaxed) > 0, "the path was killed under load");
+    // The path reconnects (after the 200 ms delay and the 1 s backoff) and takes traffic.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while c.path_up_count(victim) == 0 {
+        assert!(std::time::Instant::now() < deadline, "the path never came back: {:?}", c.path_events);
+        c.turn();
+    }
+    let before = c.sess.path_stats(victim).unwrap().rdma.read_cnt;
+    c.run(1000, usize::from(QD), |_| Dir::Read, |_| {});
+    let after = c.sess.path_stats(victim).unwrap().rdma.read_cnt;
+    c.drain();
+    let (failed, bad, done) = (c.failed, c.bad_reads, c.done);
+    let down = c
+        .path_events
+        .iter()
+        .any(|e| matches!(e, ClientEvent::PathDown { path, .. } if *path == victim));
+    c.close();
+    stop.store(true, Ordering::Relaxed);
+    h.join().unwrap();
+    assert!(down, "the session saw the path go down");
+    assert_eq!(failed, 0, "no request fails while another path lives");
+    assert_eq!(bad, 0);
+    assert_eq!(done, 4000);
+    assert!(after > before, "the reconnected path takes traffic again");
+    let _ = std::fs::remove_dir_all(d);
+}
