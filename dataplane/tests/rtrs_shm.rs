@@ -112,11 +112,7 @@ fn server(
                     continue;
                 };
                 let mut status = 0;
-                if usr_len != 8
-                    || drv
-                        .read_chunk(sess, chunk, data_len, &mut usr)
-                        .is_err()
-                {
+                if usr_len != 8 || drv.read_chunk(sess, chunk, data_len, &mut usr).is_err() {
                     status = -libc::EINVAL;
                 } else {
                     let block = u64::from_le_bytes(usr);
@@ -133,7 +129,11 @@ fn server(
                             served.writes += 1;
                             let n = (data_len as usize).min(BS);
                             drv.read_chunk(sess, chunk, 0, &mut data[..n]).unwrap();
-                            if data[..n].iter().enumerate().any(|(i, b)| *b != pattern(block, i)) {
+                            if data[..n]
+                                .iter()
+                                .enumerate()
+                                .any(|(i, b)| *b != pattern(block, i))
+                            {
                                 served.bad_writes += 1;
                                 status = -libc::EIO;
                             }
@@ -318,13 +318,25 @@ impl Client {
     }
 
     /// Keeps `depth` requests in flight until `n` completed (or `until` returns true).
-    fn run(&mut self, n: u64, depth: usize, mut dir: impl FnMut(u64) -> Dir, mut hook: impl FnMut(&mut Self)) {
+    fn run(
+        &mut self,
+        n: u64,
+        depth: usize,
+        mut dir: impl FnMut(u64) -> Dir,
+        mut hook: impl FnMut(&mut Self),
+    ) {
         let start = self.done + self.failed;
         let mut block = 1000 * start;
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while self.done + self.failed < start + n {
-            assert!(std::time::Instant::now() < deadline, "IO stalled: {} done", self.done);
-            while self.inflight() < depth && self.done + self.failed + (self.inflight() as u64) < start + n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "IO stalled: {} done",
+                self.done
+            );
+            while self.inflight() < depth
+                && self.done + self.failed + (self.inflight() as u64) < start + n
+            {
                 block += 1;
                 if !self.submit(dir(block), block) {
                     break;
@@ -338,7 +350,10 @@ impl Client {
     fn drain(&mut self) {
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         while self.inflight() > 0 {
-            assert!(std::time::Instant::now() < deadline, "requests never completed");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "requests never completed"
+            );
             self.turn();
         }
     }
@@ -366,7 +381,12 @@ fn read_and_write_data_integrity_over_shm() {
     let (h, ready) = server(d.clone(), addrs.clone(), Arc::clone(&stop));
     ready.recv().unwrap();
     let mut c = Client::open(&d, &addrs, MpPolicy::MinInflight);
-    c.run(4000, usize::from(QD), |b| if b % 3 == 0 { Dir::Write } else { Dir::Read }, |_| {});
+    c.run(
+        4000,
+        usize::from(QD),
+        |b| if b % 3 == 0 { Dir::Write } else { Dir::Read },
+        |_| {},
+    );
     c.drain();
     let (done, failed, bad) = (c.done, c.failed, c.bad_reads);
     c.close();
@@ -400,7 +420,10 @@ fn two_paths_round_robin_share_the_load() {
     c.close();
     stop.store(true, Ordering::Relaxed);
     h.join().unwrap();
-    assert!(per.iter().all(|&n| n > 500), "both paths carry requests: {per:?}");
+    assert!(
+        per.iter().all(|&n| n > 500),
+        "both paths carry requests: {per:?}"
+    );
     let _ = std::fs::remove_dir_all(d);
 }
 
@@ -414,17 +437,31 @@ fn killed_path_fails_over_without_errors_and_reconnects() {
     let mut c = Client::open(&d, &addrs, MpPolicy::RoundRobin);
     let victim = c.sess.paths().next().unwrap();
     let killed = AtomicU64::new(0);
-    c.run(3000, usize::from(QD), |_| Dir::Read, |c| {
-        if c.done > 500 && killed.load(Ordering::Relaxed) == 0 {
-            let n = c.drv.kill_path(victim);
-            killed.store(n as u64, Ordering::Relaxed);
-        }
-    });
-    assert!(killed.load(Ordering::Relaxed) > 0, "the path was killed under load");
+    c.run(
+        3000,
+        usize::from(QD),
+        |_| Dir::Read,
+        |c| {
+            if c.done > 500 && killed.load(Ordering::Relaxed) == 0 {
+                let n = c.drv.kill_path(victim);
+                killed.store(n as u64, Ordering::Relaxed);
+                // From here on, path events are the kill's.
+                c.path_events.clear();
+            }
+        },
+    );
+    assert!(
+        killed.load(Ordering::Relaxed) > 0,
+        "the path was killed under load"
+    );
     // The path reconnects (after the 200 ms delay and the 1 s backoff) and takes traffic.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while c.path_up_count(victim) == 0 {
-        assert!(std::time::Instant::now() < deadline, "the path never came back: {:?}", c.path_events);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the path never came back: {:?}",
+            c.path_events
+        );
         c.turn();
     }
     let before = c.sess.path_stats(victim).unwrap().rdma.read_cnt;

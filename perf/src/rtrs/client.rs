@@ -164,7 +164,10 @@ impl<P: Provider> Run<P> {
 }
 
 /// Runs the client side of `plan` on provider `P`.
-pub(super) fn measure<P: Provider>(dev: Arc<P::Device>, plan: &Plan) -> Result<RtrsReport, PerfError> {
+pub(super) fn measure<P: Provider>(
+    dev: Arc<P::Device>,
+    plan: &Plan,
+) -> Result<RtrsReport, PerfError> {
     let qd = plan.iodepth;
     let clock = RealClock::new();
     let mut drv = ClientDriver::<P>::new(
@@ -268,7 +271,9 @@ pub(super) fn measure<P: Provider>(dev: Arc<P::Device>, plan: &Plan) -> Result<R
     run.counting = true;
     let t0 = run.clock.now();
     let len = Duration::from_secs_f64(plan.secs);
-    let kill_at = plan.kill_after.map(|s| t0.saturating_add(Duration::from_secs_f64(s)));
+    let kill_at = plan
+        .kill_after
+        .map(|s| t0.saturating_add(Duration::from_secs_f64(s)));
     let victim: Option<PathId> = run.sess.paths().next();
     let mut kill: Option<(Instant, KillReport)> = None;
     let t1 = loop {
@@ -287,10 +292,15 @@ pub(super) fn measure<P: Provider>(dev: Arc<P::Device>, plan: &Plan) -> Result<R
             }
             run.moving = moved as usize;
             run.events.clear();
+            let before = run
+                .sess
+                .path_stats(v)
+                .map_or(0, |s| s.rdma.read_cnt + s.rdma.write_cnt);
             run.drv.kill_path(v);
             let k = KillReport {
                 at_s: now.nanos_since(t0) as f64 / 1e9,
                 moved,
+                after: before,
                 ..KillReport::default()
             };
             kill = Some((now, k));
@@ -305,7 +315,9 @@ pub(super) fn measure<P: Provider>(dev: Arc<P::Device>, plan: &Plan) -> Result<R
     let kill = kill.map(|(at, mut k)| {
         for (t, e) in &run.events {
             match e {
-                ClientEvent::PathUp { path } if Some(*path) == victim && k.reconnect_ns.is_none() => {
+                ClientEvent::PathUp { path }
+                    if Some(*path) == victim && k.reconnect_ns.is_none() =>
+                {
                     k.reconnect_ns = Some(t.nanos_since(at));
                 }
                 _ => {}
@@ -319,7 +331,10 @@ pub(super) fn measure<P: Provider>(dev: Arc<P::Device>, plan: &Plan) -> Result<R
         if k.reconnect_ns.is_some()
             && let Some(s) = victim.and_then(|v| run.sess.path_stats(v))
         {
-            k.after = s.rdma.read_cnt + s.rdma.write_cnt;
+            // Counted at the kill; the path carried nothing until it was back.
+            k.after = (s.rdma.read_cnt + s.rdma.write_cnt).saturating_sub(k.after);
+        } else {
+            k.after = 0;
         }
         k
     });
@@ -330,10 +345,20 @@ pub(super) fn measure<P: Provider>(dev: Arc<P::Device>, plan: &Plan) -> Result<R
     run.sess.close(now, &mut run.drv);
     while run.sess.poll_event().is_some() {}
     let h = &run.hist;
-    let q = |p: f64| if h.is_empty() { 0.0 } else { h.value_at_quantile(p) as f64 };
+    let q = |p: f64| {
+        if h.is_empty() {
+            0.0
+        } else {
+            h.value_at_quantile(p) as f64
+        }
+    };
     let iops = run.completed as f64 / secs.max(1e-9);
     Ok(RtrsReport {
-        rw: if plan.dir == Dir::Read { "read" } else { "write" },
+        rw: if plan.dir == Dir::Read {
+            "read"
+        } else {
+            "write"
+        },
         bs: plan.bs,
         iodepth: qd,
         secs,
@@ -350,7 +375,15 @@ pub(super) fn measure<P: Provider>(dev: Arc<P::Device>, plan: &Plan) -> Result<R
         failed: run.failed,
         kill,
         dist: PercentileSeries::from_histogram(
-            format!("rtrs {} {}", if plan.dir == Dir::Read { "read" } else { "write" }, fmt_bytes(f64::from(plan.bs))),
+            format!(
+                "rtrs {} {}",
+                if plan.dir == Dir::Read {
+                    "read"
+                } else {
+                    "write"
+                },
+                fmt_bytes(f64::from(plan.bs))
+            ),
             h,
             1.0,
         ),

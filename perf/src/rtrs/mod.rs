@@ -195,7 +195,12 @@ impl RtrsArgs {
                 self.port
                     .checked_add(k)
                     .map(|p| SocketAddr::new(ip, p))
-                    .ok_or_else(|| PerfError::Usage(format!("--port {} + --paths {} passes 65535", self.port, self.paths)))
+                    .ok_or_else(|| {
+                        PerfError::Usage(format!(
+                            "--port {} + --paths {} passes 65535",
+                            self.port, self.paths
+                        ))
+                    })
             })
             .collect()
     }
@@ -209,7 +214,8 @@ impl RtrsArgs {
     ) -> Result<RtrsReport, PerfError> {
         let busy = self.poll == PollKind::Busy;
         if self.server {
-            let served = server::serve::<P>(dev, &self.addrs(self.bind)?, self.iodepth, self.bs, busy)?;
+            let served =
+                server::serve::<P>(dev, &self.addrs(self.bind)?, self.iodepth, self.bs, busy)?;
             return Ok(RtrsReport {
                 rw: "",
                 bs: self.bs,
@@ -272,7 +278,11 @@ impl RtrsArgs {
                 },
                 bs: self.bs,
                 iodepth: self.iodepth,
-                secs: if common.quick { self.time.min(0.5) } else { self.time },
+                secs: if common.quick {
+                    self.time.min(0.5)
+                } else {
+                    self.time
+                },
                 policy: match self.policy {
                     Policy::Rr => MpPolicy::RoundRobin,
                     Policy::MinInflight => MpPolicy::MinInflight,

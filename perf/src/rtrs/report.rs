@@ -83,6 +83,24 @@ impl Report for RtrsReport {
         }})
     }
 
+    /// The keys in the order the issue gives them (`serde_json` objects sort theirs).
+    fn write_json(&self, out: &mut dyn io::Write) -> io::Result<()> {
+        if self.served.is_some() {
+            return writeln!(out, "{}", self.to_json());
+        }
+        let n = |v: f64| serde_json::Value::from(v).to_string();
+        writeln!(
+            out,
+            r#"{{"rtrs":{{"iops":{},"gbps":{},"p50_ns":{},"p99_ns":{},"paths":{},"failed":{}}}}}"#,
+            n(self.iops),
+            n(self.gbps),
+            n(self.p50_ns),
+            n(self.p99_ns),
+            self.paths,
+            self.failed
+        )
+    }
+
     fn write_table(&self, out: &mut dyn io::Write) -> io::Result<()> {
         if let Some(s) = self.served {
             return writeln!(
@@ -94,7 +112,14 @@ impl Report for RtrsReport {
         writeln!(
             out,
             "dp-perf rtrs: {} {} B, iodepth {}, {} path(s) {}, provider {}, {} polling, {:.1} s",
-            self.rw, self.bs, self.iodepth, self.paths, self.policy, self.provider, self.poll, self.secs
+            self.rw,
+            self.bs,
+            self.iodepth,
+            self.paths,
+            self.policy,
+            self.provider,
+            self.poll,
+            self.secs
         )?;
         writeln!(
             out,
@@ -119,7 +144,11 @@ impl Report for RtrsReport {
                 k.at_s, k.moved
             )?;
             match k.failover_ns {
-                Some(ns) => writeln!(out, "    failover: all of them completed on other paths {} after the kill", us(ns))?,
+                Some(ns) => writeln!(
+                    out,
+                    "    failover: all of them completed on other paths {} after the kill",
+                    us(ns)
+                )?,
                 None => writeln!(out, "    failover: NOT all of them completed")?,
             }
             match k.reconnect_ns {

@@ -106,7 +106,10 @@ pub(super) fn serve<P: Provider>(
                             }
                             Dir::Write => {
                                 let n = (data_len as usize).min(block);
-                                if drv.read_chunk(sess, chunk, 0, &mut disk[at..at + n]).is_err() {
+                                if drv
+                                    .read_chunk(sess, chunk, 0, &mut disk[at..at + n])
+                                    .is_err()
+                                {
                                     status = -libc::EINVAL;
                                 }
                                 served.writes += 1;
@@ -140,7 +143,8 @@ pub(super) fn serve<P: Provider>(
         }
         if lost.is_some_and(|t| t.elapsed() > Duration::from_secs(30)) {
             return Err(PerfError::Fabric(
-                "the RTRS client went away without saying bye, and did not come back within 30 s".into(),
+                "the RTRS client went away without saying bye, and did not come back within 30 s"
+                    .into(),
             ));
         }
         idle.after(work);

@@ -74,7 +74,11 @@ struct CPath<P: Provider> {
 
 impl<P: Provider> CPath<P> {
     fn conn_of(&self, id: ConnId) -> Option<Conn> {
-        self.conns.iter().flatten().find(|q| q.conn_id == id).map(|q| q.conn)
+        self.conns
+            .iter()
+            .flatten()
+            .find(|q| q.conn_id == id)
+            .map(|q| q.conn)
     }
 }
 
@@ -116,9 +120,13 @@ impl<P: Provider> ClientDriver<P> {
     ///
     /// # Errors
     /// The header buffers cannot be allocated.
-    pub fn new(dev: Arc<P::Device>, cfg: ClientDriverConfig) -> Result<Self, mempool::memory::MemError> {
+    pub fn new(
+        dev: Arc<P::Device>,
+        cfg: ClientDriverConfig,
+    ) -> Result<Self, mempool::memory::MemError> {
         let iu_slot = cfg.hdr_bytes.max(64);
-        let len = (usize::from(cfg.max_queue_depth.max(1)) * iu_slot as usize).next_multiple_of(4096);
+        let len =
+            (usize::from(cfg.max_queue_depth.max(1)) * iu_slot as usize).next_multiple_of(4096);
         let iu = Arc::new(Region::new(&RegionConfig::new("rtrs-iu", len).quiet())?);
         Ok(Self {
             dev,
@@ -182,7 +190,9 @@ impl<P: Provider> ClientDriver<P> {
             return 0;
         };
         let ids: Vec<ConnId> = p.conns.iter().flatten().map(|q| q.conn_id).collect();
-        ids.iter().filter(|&&id| p.cm.disconnect(id).is_ok()).count()
+        ids.iter()
+            .filter(|&&id| p.cm.disconnect(id).is_ok())
+            .count()
     }
 
     fn path(&self, id: PathId) -> Option<&CPath<P>> {
@@ -288,7 +298,12 @@ impl<P: Provider> ClientDriver<P> {
     }
 
     fn qp_at(&mut self, p: usize, cid: usize) -> Option<&mut QpRes<P>> {
-        self.paths.get_mut(p)?.as_mut()?.conns.get_mut(cid)?.as_mut()
+        self.paths
+            .get_mut(p)?
+            .as_mut()?
+            .conns
+            .get_mut(cid)?
+            .as_mut()
     }
 
     /// The path of `conn` with its live connection (the epoch must match).
@@ -395,7 +410,13 @@ impl<P: Provider> ClientIo for ClientDriver<P> {
         q.post_recv(&mem.pd, wr_id, buf)
     }
 
-    fn map_data(&mut self, conn: Conn, _slot: u16, data: &DataRef, _dir: Dir) -> Result<Mapped, i32> {
+    fn map_data(
+        &mut self,
+        conn: Conn,
+        _slot: u16,
+        data: &DataRef,
+        _dir: Dir,
+    ) -> Result<Mapped, i32> {
         let (_, mem) = self.split(conn).ok_or(libc::ENOTCONN)?;
         let mr = mem.data.get(data.region as usize).ok_or(libc::EFAULT)?;
         let end = data

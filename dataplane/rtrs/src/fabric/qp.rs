@@ -196,7 +196,12 @@ impl<P: Provider> QpRes<P> {
     }
 
     /// Posts one receive of the kind asked.
-    pub(crate) fn post_recv(&mut self, pd: &P::Pd, wr_id: u64, buf: RecvBuf) -> Result<(), PostError> {
+    pub(crate) fn post_recv(
+        &mut self,
+        pd: &P::Pd,
+        wr_id: u64,
+        buf: RecvBuf,
+    ) -> Result<(), PostError> {
         let refused = |kind| PostError { index: 0, kind };
         let (sge, what) = match buf {
             RecvBuf::Empty => (None, Posted::Empty),
@@ -342,7 +347,9 @@ impl<P: Provider> QpRes<P> {
                 ),
                 Wr::IoRequest { remote, imm, .. } => (SendOp::WriteImm(*remote, *imm), sgl),
                 Wr::WriteChunk { remote, .. } => (SendOp::Write(*remote), sgl),
-                Wr::SendImmMsg { bytes, imm, .. } => (SendOp::SendImm(*imm), Payload::Inline(bytes)),
+                Wr::SendImmMsg { bytes, imm, .. } => {
+                    (SendOp::SendImm(*imm), Payload::Inline(bytes))
+                }
                 Wr::Register { .. }
                 | Wr::LocalInv { .. }
                 | Wr::SendInv { .. }

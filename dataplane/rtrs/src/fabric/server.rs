@@ -147,7 +147,13 @@ impl<P: Provider> ServerDriver<P> {
         Ok(())
     }
 
-    fn chunk_at(&self, sess: SessId, chunk: u16, off: u32, len: usize) -> Result<(&SSess, usize), OutOfBounds> {
+    fn chunk_at(
+        &self,
+        sess: SessId,
+        chunk: u16,
+        off: u32,
+        len: usize,
+    ) -> Result<(&SSess, usize), OutOfBounds> {
         let s = self
             .sessions
             .get(usize::from(sess.idx))
@@ -164,14 +170,20 @@ impl<P: Provider> ServerDriver<P> {
     /// Tears a path down from below (every connection disconnected through the CM), as a
     /// failing link does. Returns the number of connections disconnected.
     pub fn kill_path(&mut self, path: PathId) -> usize {
-        let Some(p) = self.paths.get(usize::from(path.idx)).and_then(Option::as_ref) else {
+        let Some(p) = self
+            .paths
+            .get(usize::from(path.idx))
+            .and_then(Option::as_ref)
+        else {
             return 0;
         };
         if p.id != path {
             return 0;
         }
         let ids: Vec<ConnId> = p.conns.iter().flatten().map(|q| q.conn_id).collect();
-        ids.iter().filter(|&&id| self.cm.disconnect(id).is_ok()).count()
+        ids.iter()
+            .filter(|&&id| self.cm.disconnect(id).is_ok())
+            .count()
     }
 
     /// One turn of the loop of the crate doc for `srv`: connect requests and other
@@ -221,9 +233,9 @@ impl<P: Provider> ServerDriver<P> {
                     continue;
                 }
                 F::Established { conn, .. } => (Some(conn), 0),
-                F::Rejected { conn, .. } | F::Unreachable { conn, .. } | F::Disconnected { conn } => {
-                    (Some(conn), 1)
-                }
+                F::Rejected { conn, .. }
+                | F::Unreachable { conn, .. }
+                | F::Disconnected { conn } => (Some(conn), 1),
                 F::DeviceRemoval => (None, 2),
             };
             let conns: Vec<Conn> = match id {
@@ -274,7 +286,12 @@ impl<P: Provider> ServerDriver<P> {
     }
 
     fn qp_at(&mut self, p: usize, cid: usize) -> Option<&mut QpRes<P>> {
-        self.paths.get_mut(p)?.as_mut()?.conns.get_mut(cid)?.as_mut()
+        self.paths
+            .get_mut(p)?
+            .as_mut()?
+            .conns
+            .get_mut(cid)?
+            .as_mut()
     }
 
     fn spath(&mut self, id: PathId) -> Option<&mut SPath<P>> {
@@ -348,7 +365,9 @@ impl<P: Provider> ServerIo for ServerDriver<P> {
             let _ = self.cm.disconnect(q.conn_id);
         }
         // Queue pairs, then registrations, then the protection domain (field order).
-        let SPath { conns, regions, pd, .. } = p;
+        let SPath {
+            conns, regions, pd, ..
+        } = p;
         drop(conns);
         drop(regions);
         drop(pd);
@@ -381,10 +400,19 @@ impl<P: Provider> ServerIo for ServerDriver<P> {
         q.post_recv(&p.pd, wr_id, buf)
     }
 
-    fn create_session(&mut self, sess: SessId, queue_depth: u16, chunk_size: u32) -> Result<(), i32> {
+    fn create_session(
+        &mut self,
+        sess: SessId,
+        queue_depth: u16,
+        chunk_size: u32,
+    ) -> Result<(), i32> {
         let len = usize::from(queue_depth) * chunk_size as usize;
-        let mem = Region::new(&RegionConfig::new("rtrs-chunks", len).shareable(true).quiet())
-            .map_err(|_| -libc::ENOMEM)?;
+        let mem = Region::new(
+            &RegionConfig::new("rtrs-chunks", len)
+                .shareable(true)
+                .quiet(),
+        )
+        .map_err(|_| -libc::ENOMEM)?;
         let i = usize::from(sess.idx);
         if self.sessions.len() <= i {
             self.sessions.resize_with(i + 1, || None);
@@ -442,7 +470,12 @@ impl<P: Provider> ServerIo for ServerDriver<P> {
         table.clear();
         for r in 0..n as usize {
             let mr = pd
-                .reg_region(&s.mem, r * len, len, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+                .reg_region(
+                    &s.mem,
+                    r * len,
+                    len,
+                    Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+                )
                 .map_err(|e| errno_of(&e))?;
             table.push(SgDesc {
                 addr: mr.addr(),
