@@ -7,7 +7,7 @@
 //! data against the pattern the request names).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
@@ -29,10 +29,10 @@ fn dir(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("dp-rtrs-{name}-{}", std::process::id()))
 }
 
-fn dev(dir: &PathBuf) -> Arc<ShmDevice> {
+fn dev(dir: &Path) -> Arc<ShmDevice> {
     Arc::new(
         ShmDevice::open(ShmConfig {
-            dir: Some(dir.clone()),
+            dir: Some(dir.to_path_buf()),
             ..ShmConfig::default()
         })
         .expect("shm device"),
@@ -168,7 +168,7 @@ struct Client {
 }
 
 impl Client {
-    fn open(dir: &PathBuf, addrs: &[SocketAddr], policy: MpPolicy) -> Self {
+    fn open(dir: &Path, addrs: &[SocketAddr], policy: MpPolicy) -> Self {
         let clock = RealClock::new();
         let mut drv = ClientDriver::<Shm>::new(
             dev(dir),

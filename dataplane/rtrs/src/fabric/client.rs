@@ -229,13 +229,8 @@ impl<P: Provider> ClientDriver<P> {
     fn poll_cm(&mut self, now: Instant, sess: &mut ClientSession) -> usize {
         let mut work = 0;
         for p in 0..self.paths.len() {
-            loop {
-                let Some(path) = self.paths[p].as_mut() else {
-                    break;
-                };
-                let Some(ev) = path.cm.poll_event() else {
-                    break;
-                };
+            while let Some(ev) = self.paths[p].as_mut().and_then(|x| x.cm.poll_event()) {
+                let path = self.paths[p].as_mut().expect("polled above");
                 work += 1;
                 use dp_fabric::CmEvent as F;
                 let (id, data, kind) = match ev {
