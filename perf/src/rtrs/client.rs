@@ -19,7 +19,7 @@ use mempool::memory::{Region, RegionConfig};
 
 use super::poll::Idle;
 use super::report::{KillReport, RtrsReport};
-use super::{BYE, USR_LEN};
+use super::msg::{BYE, USR_LEN};
 use crate::PerfError;
 
 /// What one client run does.

@@ -24,8 +24,10 @@
 //! | `server` | the RAM-disk server |
 //! | `report` | the JSON line, the table, the figure |
 //! | `poll` | busy and hybrid waiting |
+//! | `msg` | the user message the two sides agree on |
 
 mod client;
+mod msg;
 mod poll;
 mod report;
 mod server;
@@ -51,10 +53,6 @@ use crate::harness::{
     Peer, ProviderKind, SHM_PAIR_IP, Server, open_err, open_verbs, shm_dir, start_role,
 };
 
-/// Bytes of the user message of every request: the block number, then 8 bytes of marker.
-const USR_LEN: usize = 16;
-/// The marker of the client's last request: the server stops once the session is gone.
-const BYE: [u8; 8] = *b"DPPERFOK";
 
 /// `--rw`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -14,7 +14,7 @@ use dataplane::rtrs::work::Dir;
 use lcore::time::{Clock, RealClock};
 
 use super::poll::Idle;
-use super::{BYE, USR_LEN};
+use super::msg::{BYE, USR_LEN};
 use crate::PerfError;
 
 /// Blocks of the RAM disk (the block a request names is taken modulo this).
