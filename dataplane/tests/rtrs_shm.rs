@@ -15,9 +15,11 @@ use std::time::Duration;
 
 use dataplane::fabric::shm::{Shm, ShmConfig, ShmDevice};
 use dataplane::rtrs::clt::{ClientConfig, ClientEvent, ClientSession, DataRef, MpPolicy, Request};
-use dataplane::rtrs::fabric::{ClientDriver, ClientDriverConfig, ServerDriver};
+use dataplane::rtrs::error::{PathError, Violation};
+use dataplane::rtrs::fabric::{ClientDriver, ClientDriverConfig, ServerDriver, Tamper};
 use dataplane::rtrs::permit::{ConType, Permit, Wait};
 use dataplane::rtrs::srv::{Server, ServerConfig, ServerEvent, ServerIo};
+use dataplane::rtrs::wire::{Imm, ImmType, IoRsp};
 use dataplane::rtrs::work::{Dir, PathId};
 use lcore::time::{Clock, Instant, RealClock};
 use mempool::memory::{Region, RegionConfig};
@@ -78,10 +80,21 @@ fn server(
     addrs: Vec<SocketAddr>,
     stop: Arc<AtomicBool>,
 ) -> (JoinHandle<Served>, mpsc::Receiver<()>) {
+    lying_server(dir, addrs, stop, Tamper::default())
+}
+
+/// [`server`], lying as `tamper` says.
+fn lying_server(
+    dir: PathBuf,
+    addrs: Vec<SocketAddr>,
+    stop: Arc<AtomicBool>,
+    tamper: Tamper,
+) -> (JoinHandle<Served>, mpsc::Receiver<()>) {
     let (tx, rx) = mpsc::channel();
     let h = std::thread::spawn(move || {
         let clock = RealClock::new();
         let mut drv = ServerDriver::<Shm>::new(dev(&dir), &addrs).expect("listen");
+        drv.set_tamper(tamper);
         let mut srv = Server::new(ServerConfig {
             queue_depth: QD,
             chunk_size: 8192,
@@ -169,6 +182,14 @@ struct Client {
 
 impl Client {
     fn open(dir: &Path, addrs: &[SocketAddr], policy: MpPolicy) -> Self {
+        match Self::try_open(dir, addrs, policy) {
+            Ok(c) => c,
+            Err(e) => panic!("open failed: {e:?}"),
+        }
+    }
+
+    /// Opens a session; `Err` with the path error if the open fails.
+    fn try_open(dir: &Path, addrs: &[SocketAddr], policy: MpPolicy) -> Result<Self, PathError> {
         let clock = RealClock::new();
         let mut drv = ClientDriver::<Shm>::new(
             dev(dir),
@@ -223,12 +244,12 @@ impl Client {
                         assert_eq!(queue_depth, QD);
                         opened = true;
                     }
-                    ClientEvent::OpenFailed { error, .. } => panic!("open failed: {error:?}"),
+                    ClientEvent::OpenFailed { error, .. } => return Err(error),
                     e => c.path_events.push(e),
                 }
             }
             if opened {
-                return c;
+                return Ok(c);
             }
             c.idle.after(w);
         }
@@ -481,5 +502,116 @@ fn killed_path_fails_over_without_errors_and_reconnects() {
     assert_eq!(bad, 0);
     assert_eq!(done, 4000);
     assert!(after > before, "the reconnected path takes traffic again");
+    let _ = std::fs::remove_dir_all(d);
+}
+
+/// Halves every region of the chunk table: the chunks are no longer covered.
+// The hook's signature lets a test add or drop entries too; this one only shortens them.
+#[allow(clippy::ptr_arg)]
+fn short_table(t: &mut Vec<dataplane::rtrs::wire::SgDesc>) {
+    for d in t.iter_mut() {
+        d.len /= 2;
+    }
+}
+
+/// Points every IO response at a chunk far outside the queue depth.
+fn stray_response(imm: u32) -> u32 {
+    let i = Imm(imm);
+    if i.ty() == ImmType::IoRsp {
+        let r = IoRsp::decode(i.payload());
+        IoRsp {
+            msg_id: r.msg_id + 4 * u32::from(QD),
+            errno: r.errno,
+        }
+        .imm(false)
+        .0
+    } else {
+        imm
+    }
+}
+
+#[test]
+fn hostile_servers_cost_only_their_own_sessions() {
+    let d = dir("hostile");
+    let good = vec![addr(7401)];
+    let bad_table = vec![addr(7402)];
+    let bad_imm = vec![addr(7403)];
+    let stop = Arc::new(AtomicBool::new(false));
+    let (h1, r1) = server(d.clone(), good.clone(), Arc::clone(&stop));
+    let t = Tamper {
+        table: Some(short_table),
+        ..Tamper::default()
+    };
+    let (h2, r2) = lying_server(d.clone(), bad_table.clone(), Arc::clone(&stop), t);
+    let t = Tamper {
+        imm: Some(stray_response),
+        ..Tamper::default()
+    };
+    let (h3, r3) = lying_server(d.clone(), bad_imm.clone(), Arc::clone(&stop), t);
+    r1.recv().unwrap();
+    r2.recv().unwrap();
+    r3.recv().unwrap();
+
+    let mut honest = Client::open(&d, &good, MpPolicy::MinInflight);
+    honest.run(500, 8, |_| Dir::Read, |_| {});
+
+    // A chunk table that does not cover the chunks: the open fails with a violation.
+    match Client::try_open(&d, &bad_table, MpPolicy::MinInflight) {
+        Err(PathError::Violation(v)) => eprintln!("bad chunk table refused: {v:?}"),
+        Err(e) => panic!("bad chunk table: expected a violation, got {e:?}"),
+        Ok(_) => panic!("a session opened over a chunk table that does not cover its chunks"),
+    }
+
+    // Responses naming chunks past the queue depth: the path is reset, its requests fail
+    // (no other path), and nothing else is touched.
+    let mut lied_to = Client::open(&d, &bad_imm, MpPolicy::MinInflight);
+    let victim = lied_to.sess.paths().next().unwrap();
+    for b in 1..=4 {
+        assert!(lied_to.submit(Dir::Read, b));
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while lied_to.inflight() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "requests never completed"
+        );
+        lied_to.turn();
+        honest.turn();
+    }
+    let v = lied_to.sess.path_stats(victim).unwrap().last_violation;
+    assert_eq!(
+        v,
+        Some(Violation::RspOutOfRange),
+        "the path counted the stray response"
+    );
+    assert!(
+        lied_to.path_events.iter().any(|e| matches!(
+            e,
+            ClientEvent::PathDown {
+                error: PathError::Violation(_),
+                ..
+            }
+        )),
+        "the path went down for the violation: {:?}",
+        lied_to.path_events
+    );
+    assert_eq!(lied_to.done, 0, "no stray response completes a request");
+
+    // The honest session never noticed.
+    honest.run(
+        1500,
+        usize::from(QD),
+        |b| if b % 2 == 0 { Dir::Write } else { Dir::Read },
+        |_| {},
+    );
+    honest.drain();
+    assert_eq!(honest.failed, 0);
+    assert_eq!(honest.bad_reads, 0);
+    honest.close();
+    lied_to.close();
+    stop.store(true, Ordering::Relaxed);
+    for h in [h1, h2, h3] {
+        assert_eq!(h.join().unwrap().bad_writes, 0);
+    }
     let _ = std::fs::remove_dir_all(d);
 }

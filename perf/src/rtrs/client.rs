@@ -17,9 +17,9 @@ use hdrhistogram::Histogram;
 use lcore::time::{Clock, Instant, RealClock};
 use mempool::memory::{Region, RegionConfig};
 
+use super::msg::{BYE, USR_LEN};
 use super::poll::Idle;
 use super::report::{KillReport, RtrsReport};
-use super::msg::{BYE, USR_LEN};
 use crate::PerfError;
 
 /// What one client run does.

@@ -53,7 +53,6 @@ use crate::harness::{
     Peer, ProviderKind, SHM_PAIR_IP, Server, open_err, open_verbs, shm_dir, start_role,
 };
 
-
 /// `--rw`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Rw {

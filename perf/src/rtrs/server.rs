@@ -13,8 +13,8 @@ use dataplane::rtrs::wire::{DEFAULT_MAX_HDR_SIZE, MIN_CHUNK_SIZE};
 use dataplane::rtrs::work::Dir;
 use lcore::time::{Clock, RealClock};
 
-use super::poll::Idle;
 use super::msg::{BYE, USR_LEN};
+use super::poll::Idle;
 use crate::PerfError;
 
 /// Blocks of the RAM disk (the block a request names is taken modulo this).

@@ -50,3 +50,5 @@ pub mod server;
 pub use client::{ClientDriver, ClientDriverConfig, DriverStats};
 pub use qp::MAX_CHAIN;
 pub use server::ServerDriver;
+#[cfg(feature = "testing")]
+pub use server::Tamper;

@@ -57,8 +57,23 @@ impl<P: Provider> LocalMem for SPath<P> {
     }
 }
 
+/// Test kit (feature `testing`): how a hostile server lies, to show that a client pays
+/// for a lying server with that session only. Never in shipped code.
+#[cfg(feature = "testing")]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Tamper {
+    /// Rewrites the chunk table of every `info_rsp` as it is sent (after the server
+    /// checked its own table).
+    pub table: Option<fn(&mut Vec<SgDesc>)>,
+    /// Rewrites the immediate of every WRITE with immediate the server posts (IO
+    /// responses and heartbeats).
+    pub imm: Option<fn(u32) -> u32>,
+}
+
 /// The server's driver over provider `P` (see the module doc).
 pub struct ServerDriver<P: Provider> {
+    #[cfg(feature = "testing")]
+    tamper: Tamper,
     dev: Arc<P::Device>,
     cm: P::Cm,
     listeners: Vec<ListenId>,
@@ -105,6 +120,8 @@ impl<P: Provider> ServerDriver<P> {
             listeners.push(cm.listen(*a, 128)?);
         }
         Ok(Self {
+            #[cfg(feature = "testing")]
+            tamper: Tamper::default(),
             dev,
             cm,
             listeners,
@@ -128,6 +145,12 @@ impl<P: Provider> ServerDriver<P> {
     /// The driver's counters.
     pub fn stats(&self) -> DriverStats {
         self.stats
+    }
+
+    /// Test kit: makes this server lie as `t` says.
+    #[cfg(feature = "testing")]
+    pub fn set_tamper(&mut self, t: Tamper) {
+        self.tamper = t;
     }
 
     /// Writes `bytes` at `off` of chunk `chunk` of `sess`: how a handler puts a READ's
@@ -374,6 +397,46 @@ impl<P: Provider> ServerIo for ServerDriver<P> {
     }
 
     fn post_send(&mut self, conn: Conn, chain: &[Wr<'_>]) -> Result<(), PostError> {
+        #[cfg(feature = "testing")]
+        let mut lied = [Wr::LocalInv { wr_id: 0, key: 0 }; super::MAX_CHAIN];
+        #[cfg(feature = "testing")]
+        let mut info = Vec::new();
+        #[cfg(feature = "testing")]
+        let chain = if chain.len() <= lied.len()
+            && (self.tamper.imm.is_some() || self.tamper.table.is_some())
+        {
+            for (d, w) in lied.iter_mut().zip(chain) {
+                *d = *w;
+            }
+            for w in lied.iter_mut().take(chain.len()) {
+                match w {
+                    Wr::WriteImmEmpty { imm, .. } if self.tamper.imm.is_some() => {
+                        *imm = (self.tamper.imm.expect("checked"))(*imm);
+                    }
+                    Wr::SendMsg { bytes, .. } if self.tamper.table.is_some() => {
+                        if let Ok(rsp) = crate::wire::InfoRsp::new_checked(*bytes)
+                            && rsp.msg_type() == crate::wire::MsgType::InfoRsp
+                        {
+                            let mut descs: Vec<SgDesc> = rsp.descs().collect();
+                            (self.tamper.table.expect("checked"))(&mut descs);
+                            info = vec![0; crate::wire::InfoRsp::<&[u8]>::len_for(descs.len())];
+                            crate::wire::InfoRsp::new_unchecked(&mut info[..]).emit(&descs);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if !info.is_empty() {
+                for w in lied.iter_mut().take(chain.len()) {
+                    if let Wr::SendMsg { bytes, .. } = w {
+                        *bytes = &info;
+                    }
+                }
+            }
+            &lied[..chain.len()]
+        } else {
+            chain
+        };
         let p = self.spath(conn.path).ok_or_else(gone)?;
         let mut q = p
             .conns
@@ -484,6 +547,7 @@ impl<P: Provider> ServerIo for ServerDriver<P> {
             });
             regions.push(mr);
         }
+
         let i = usize::from(path.idx);
         if self.paths.len() <= i {
             self.paths.resize_with(i + 1, || None);
