@@ -90,24 +90,42 @@ fn lying_server(
     stop: Arc<AtomicBool>,
     tamper: Tamper,
 ) -> (JoinHandle<Served>, mpsc::Receiver<()>) {
+    any_server(dir, addrs, stop, tamper, None)
+}
+
+/// A server that stops polling while `pause.0` is set, with heartbeats every `pause.1`.
+fn any_server(
+    dir: PathBuf,
+    addrs: Vec<SocketAddr>,
+    stop: Arc<AtomicBool>,
+    tamper: Tamper,
+    pause: Option<(Arc<AtomicBool>, Duration)>,
+) -> (JoinHandle<Served>, mpsc::Receiver<()>) {
     let (tx, rx) = mpsc::channel();
     let h = std::thread::spawn(move || {
         let clock = RealClock::new();
         let mut drv = ServerDriver::<Shm>::new(dev(&dir), &addrs).expect("listen");
         drv.set_tamper(tamper);
-        let mut srv = Server::new(ServerConfig {
+        let mut cfg = ServerConfig {
             queue_depth: QD,
             chunk_size: 8192,
             always_invalidate: false,
             ..ServerConfig::default()
-        })
-        .expect("server config");
+        };
+        if let Some((_, hb)) = &pause {
+            cfg.hb_interval = *hb;
+        }
+        let mut srv = Server::new(cfg).expect("server config");
         tx.send(()).unwrap();
         let mut served = Served::default();
         let mut idle = Idle(None);
         let mut usr = [0u8; 8];
         let mut data = vec![0u8; BS];
         while !stop.load(Ordering::Relaxed) {
+            if pause.as_ref().is_some_and(|p| p.0.load(Ordering::Relaxed)) {
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
             let now = clock.now();
             let mut work = drv.poll(now, &mut srv);
             while let Some(ev) = srv.poll_event() {
@@ -190,6 +208,16 @@ impl Client {
 
     /// Opens a session; `Err` with the path error if the open fails.
     fn try_open(dir: &Path, addrs: &[SocketAddr], policy: MpPolicy) -> Result<Self, PathError> {
+        Self::open_with(dir, addrs, policy, None)
+    }
+
+    /// Opens a session with heartbeats every `hb` (default 5 s).
+    fn open_with(
+        dir: &Path,
+        addrs: &[SocketAddr],
+        policy: MpPolicy,
+        hb: Option<Duration>,
+    ) -> Result<Self, PathError> {
         let clock = RealClock::new();
         let mut drv = ClientDriver::<Shm>::new(
             dev(dir),
@@ -214,6 +242,9 @@ impl Client {
         let mut cfg = ClientConfig::new(b"rtrs-shm-test", [7; 16]).unwrap();
         cfg.policy = policy;
         cfg.reconnect_delay = Duration::from_millis(200);
+        if let Some(hb) = hb {
+            cfg.hb_interval = hb;
+        }
         let mut sess = ClientSession::new(cfg).unwrap();
         let uuids: Vec<[u8; 16]> = (0..addrs.len()).map(|k| [k as u8 + 1; 16]).collect();
         sess.open(clock.now(), &uuids, &mut drv).expect("open");
@@ -613,5 +644,109 @@ fn hostile_servers_cost_only_their_own_sessions() {
     for h in [h1, h2, h3] {
         assert_eq!(h.join().unwrap().bad_writes, 0);
     }
+    let _ = std::fs::remove_dir_all(d);
+}
+
+#[test]
+fn server_that_stops_polling_is_detected_by_heartbeats_then_path_reconnects() {
+    let d = dir("hb");
+    let addrs = vec![addr(7501)];
+    let stop = Arc::new(AtomicBool::new(false));
+    let pause = Arc::new(AtomicBool::new(false));
+    let hb = Duration::from_millis(50);
+    let (h, ready) = any_server(
+        d.clone(),
+        addrs.clone(),
+        Arc::clone(&stop),
+        Tamper::default(),
+        Some((Arc::clone(&pause), hb)),
+    );
+    ready.recv().unwrap();
+    let mut c = Client::open_with(&d, &addrs, MpPolicy::MinInflight, Some(hb)).unwrap();
+    c.run(200, 4, |_| Dir::Read, |_| {});
+    c.drain();
+    let path = c.sess.paths().next().unwrap();
+    c.path_events.clear();
+    pause.store(true, Ordering::Relaxed);
+    let paused = std::time::Instant::now();
+    // 5 missed heartbeats of 50 ms: the path is declared dead after 250 to 300 ms.
+    let timed_out = |c: &Client| {
+        c.path_events.iter().any(|e| {
+            matches!(e, ClientEvent::PathDown { path: p, error: PathError::Heartbeat } if *p == path)
+        })
+    };
+    while !timed_out(&c) {
+        assert!(
+            paused.elapsed() < Duration::from_secs(3),
+            "a silent server was not detected: {:?}",
+            c.path_events
+        );
+        c.turn();
+    }
+    let detected = paused.elapsed();
+    assert!(
+        detected >= Duration::from_millis(200),
+        "declared dead too early: {detected:?}"
+    );
+    pause.store(false, Ordering::Relaxed);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while c.path_up_count(path) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never reconnected: {:?}",
+            c.path_events
+        );
+        c.turn();
+    }
+    c.run(200, 4, |_| Dir::Read, |_| {});
+    c.drain();
+    assert_eq!(c.failed + c.bad_reads, 0);
+    c.close();
+    stop.store(true, Ordering::Relaxed);
+    h.join().unwrap();
+    let _ = std::fs::remove_dir_all(d);
+}
+
+/// Long: both paths killed in turn, six times, each while the other carries the load.
+#[test]
+#[ignore = "long (about 10 s): run with --ignored"]
+fn repeated_path_kills_under_load_lose_nothing() {
+    let d = dir("kills");
+    let addrs = vec![addr(7601), addr(7602)];
+    let stop = Arc::new(AtomicBool::new(false));
+    let (h, ready) = server(d.clone(), addrs.clone(), Arc::clone(&stop));
+    ready.recv().unwrap();
+    let mut c = Client::open(&d, &addrs, MpPolicy::MinInflight);
+    let paths: Vec<PathId> = c.sess.paths().collect();
+    for round in 0..6 {
+        let victim = paths[round % 2];
+        c.run(
+            2000,
+            usize::from(QD),
+            |b| if b % 4 == 0 { Dir::Write } else { Dir::Read },
+            |_| {},
+        );
+        c.path_events.clear();
+        assert!(
+            c.drv.kill_path(victim) > 0,
+            "round {round}: the path was up"
+        );
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while c.path_up_count(victim) == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: no reconnect"
+            );
+            c.run(64, usize::from(QD), |_| Dir::Read, |_| {});
+        }
+    }
+    c.drain();
+    let (failed, bad) = (c.failed, c.bad_reads);
+    c.close();
+    stop.store(true, Ordering::Relaxed);
+    let served = h.join().unwrap();
+    assert_eq!(failed, 0);
+    assert_eq!(bad, 0);
+    assert_eq!(served.bad_writes, 0);
     let _ = std::fs::remove_dir_all(d);
 }

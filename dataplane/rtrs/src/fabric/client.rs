@@ -103,6 +103,7 @@ pub struct ClientDriver<P: Provider> {
     regions: Vec<Arc<Region>>,
     scratch: Vec<u8>,
     stats: DriverStats,
+    turn: u32,
 }
 
 impl<P: Provider> core::fmt::Debug for ClientDriver<P> {
@@ -137,6 +138,7 @@ impl<P: Provider> ClientDriver<P> {
             regions: Vec::new(),
             scratch: Vec::with_capacity(64),
             stats: DriverStats::default(),
+            turn: 0,
         })
     }
 
@@ -213,15 +215,21 @@ impl<P: Provider> ClientDriver<P> {
     /// completions, due timers. Returns the number of events and completions handled (0:
     /// idle). The caller then drains `sess.poll_event()` and submits.
     pub fn poll(&mut self, now: Instant, sess: &mut ClientSession) -> usize {
-        let mut work = self.poll_cm(now, sess);
+        let mut work = 0;
         for p in 0..self.paths.len() {
             let cids = self.paths[p].as_ref().map_or(0, |x| x.conns.len());
             for cid in 0..cids {
                 work += self.poll_conn(now, sess, p, cid);
             }
         }
-        if sess.poll_timeout().is_some_and(|t| t <= now) {
-            sess.handle_timeout(now, self);
+        // The control path (CM events, timers) every CTRL_EVERY turns under load, every
+        // turn when idle.
+        self.turn = self.turn.wrapping_add(1);
+        if work == 0 || self.turn % super::CTRL_EVERY == 0 {
+            work += self.poll_cm(now, sess);
+            if sess.poll_timeout().is_some_and(|t| t <= now) {
+                sess.handle_timeout(now, self);
+            }
         }
         work
     }

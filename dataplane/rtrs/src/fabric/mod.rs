@@ -43,6 +43,10 @@
 //! requests); a completion is a copy of at most 8 bytes of payload. No allocation, no
 //! system call, no lock beyond the provider's.
 
+/// Under load, the drivers poll the control path (connection-manager events, timers) once
+/// every this many turns of their loop; when a turn finds no completion, every turn.
+pub const CTRL_EVERY: u32 = 16;
+
 pub mod client;
 mod qp;
 pub mod server;

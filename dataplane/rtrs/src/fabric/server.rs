@@ -83,6 +83,7 @@ pub struct ServerDriver<P: Provider> {
     paths: Vec<Option<SPath<P>>>,
     scratch: Vec<u8>,
     stats: DriverStats,
+    turn: u32,
 }
 
 impl<P: Provider> core::fmt::Debug for ServerDriver<P> {
@@ -131,6 +132,7 @@ impl<P: Provider> ServerDriver<P> {
             paths: Vec::new(),
             scratch: Vec::with_capacity(512),
             stats: DriverStats::default(),
+            turn: 0,
         })
     }
 
@@ -213,15 +215,21 @@ impl<P: Provider> ServerDriver<P> {
     /// connection-manager events, completions, due timers. Returns the number of events
     /// and completions handled. The caller then drains `srv.poll_event()` and answers.
     pub fn poll(&mut self, now: Instant, srv: &mut Server) -> usize {
-        let mut work = self.poll_cm(now, srv);
+        let mut work = 0;
         for p in 0..self.paths.len() {
             let cids = self.paths[p].as_ref().map_or(0, |x| x.conns.len());
             for cid in 0..cids {
                 work += self.poll_conn(now, srv, p, cid);
             }
         }
-        if srv.poll_timeout().is_some_and(|t| t <= now) {
-            srv.handle_timeout(now, self);
+        // The control path (CM events, timers) every CTRL_EVERY turns under load, every
+        // turn when idle.
+        self.turn = self.turn.wrapping_add(1);
+        if work == 0 || self.turn % super::CTRL_EVERY == 0 {
+            work += self.poll_cm(now, srv);
+            if srv.poll_timeout().is_some_and(|t| t <= now) {
+                srv.handle_timeout(now, self);
+            }
         }
         work
     }
