@@ -225,7 +225,7 @@ impl<P: Provider> ServerDriver<P> {
         // The control path (CM events, timers) every CTRL_EVERY turns under load, every
         // turn when idle.
         self.turn = self.turn.wrapping_add(1);
-        if work == 0 || self.turn % super::CTRL_EVERY == 0 {
+        if work == 0 || self.turn.is_multiple_of(super::CTRL_EVERY) {
             work += self.poll_cm(now, srv);
             if srv.poll_timeout().is_some_and(|t| t <= now) {
                 srv.handle_timeout(now, self);
