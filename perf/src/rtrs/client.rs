@@ -338,6 +338,24 @@ pub(super) fn measure<P: Provider>(
         }
         k
     });
+    let path_lines = run
+        .sess
+        .paths()
+        .enumerate()
+        .filter_map(|(k, id)| {
+            let s = run.sess.path_stats(id)?;
+            Some(format!(
+                "path {k} {}: {:?}; stats/rdma: {}; stats/reconnects: {}; cur_latency: {}",
+                run.drv
+                    .path_addr(id)
+                    .map_or_else(|| "-".to_string(), |a| a.to_string()),
+                run.sess.path_state(id)?,
+                s.rdma_sysfs().to_string().trim_end(),
+                s.reconnects_sysfs().to_string().trim_end(),
+                s.cur_latency_sysfs().to_string().trim_end()
+            ))
+        })
+        .collect();
     // Tell the server we are done, then close.
     run.submit(true)?;
     run.drain(Duration::from_secs(10))?;
@@ -374,6 +392,7 @@ pub(super) fn measure<P: Provider>(
         p999_ns: q(0.999),
         failed: run.failed,
         kill,
+        path_lines,
         dist: PercentileSeries::from_histogram(
             format!(
                 "rtrs {} {}",

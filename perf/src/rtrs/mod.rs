@@ -230,6 +230,7 @@ impl RtrsArgs {
                 p999_ns: 0.0,
                 failed: 0,
                 kill: None,
+                path_lines: Vec::new(),
                 dist: None,
                 served: Some(served),
             });

@@ -58,6 +58,9 @@ pub struct RtrsReport {
     pub failed: u64,
     /// The killed path, with `--kill-path-after`.
     pub kill: Option<KillReport>,
+    /// Per path at the end: its server address, state, and the sysfs files `stats/rdma`,
+    /// `stats/reconnects` and `cur_latency` as Linux prints them (rtrs.md section 8).
+    pub path_lines: Vec<String>,
     /// The latency distribution.
     pub dist: Option<PercentileSeries>,
     /// The server side: what it served (and nothing measured).
@@ -137,6 +140,9 @@ impl Report for RtrsReport {
             self.failed
         )?;
         writeln!(out, "  {} requests completed in the window", self.completed)?;
+        for l in &self.path_lines {
+            writeln!(out, "  {l}")?;
+        }
         if let Some(k) = self.kill {
             writeln!(
                 out,
