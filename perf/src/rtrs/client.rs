@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dataplane::fabric::Provider;
-use dataplane::rtrs::clt::{ClientConfig, ClientEvent, ClientSession, DataRef, MpPolicy, Request};
+use dataplane::rtrs::clt::{
+    ClientConfig, ClientEvent, ClientSession, ClientState, DataRef, MpPolicy, Request,
+};
 use dataplane::rtrs::fabric::{ClientDriver, ClientDriverConfig};
 use dataplane::rtrs::permit::{ConType, Permit, Wait};
 use dataplane::rtrs::work::{Dir, PathId};
@@ -63,12 +65,19 @@ struct Run<P: Provider> {
     moving: usize,
     /// When the last of them completed.
     failover_at: Option<Instant>,
+    /// Submission pauses until then after a refused request.
+    refused_until: Option<Instant>,
     events: Vec<(Instant, ClientEvent)>,
     idle: Idle,
 }
 
 impl<P: Provider> Run<P> {
+    /// Submits one request. A request the session refuses (no path connected: the only
+    /// path was killed) counts as failed, and submission pauses for a millisecond.
     fn submit(&mut self, bye: bool) -> Result<bool, PerfError> {
+        if self.refused_until.is_some_and(|t| self.clock.now() < t) {
+            return Ok(false);
+        }
         let Some(permits) = self.sess.permits() else {
             return Ok(false);
         };
@@ -96,7 +105,11 @@ impl<P: Provider> Run<P> {
         if let Err(e) = self.sess.request(now, &permit, req, &mut self.drv) {
             self.sess.permits().expect("open").put(permit);
             self.failed += 1;
-            return Err(fail(format_args!("request refused: {e}")));
+            if bye {
+                return Err(fail(format_args!("the last request was refused: {e}")));
+            }
+            self.refused_until = Some(now.saturating_add(Duration::from_millis(1)));
+            return Ok(false);
         }
         self.slots[usize::from(id)] = Some(InFlight { permit, start: now });
         self.inflight += 1;
@@ -256,6 +269,7 @@ pub(super) fn measure<P: Provider>(
             moved: vec![false; usize::from(qd)],
             moving: 0,
             failover_at: None,
+            refused_until: None,
             events: Vec::new(),
             idle: Idle::new(plan.busy),
         };
@@ -356,7 +370,20 @@ pub(super) fn measure<P: Provider>(
             ))
         })
         .collect();
-    // Tell the server we are done, then close.
+    // Tell the server we are done (on a connected path: a killed one may still be on its
+    // way back), then close.
+    let by = std::time::Instant::now() + Duration::from_secs(10);
+    while !run
+        .sess
+        .paths()
+        .any(|p| run.sess.path_state(p) == Some(ClientState::Connected))
+    {
+        if std::time::Instant::now() > by {
+            return Err(fail("no path came back within 10 s to end the run on"));
+        }
+        run.turn();
+    }
+    run.refused_until = None;
     run.submit(true)?;
     run.drain(Duration::from_secs(10))?;
     let now = run.clock.now();
