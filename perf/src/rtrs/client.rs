@@ -65,6 +65,8 @@ struct Run<P: Provider> {
     moving: usize,
     /// When the last of them completed.
     failover_at: Option<Instant>,
+    /// Of them, those that completed with an error.
+    moved_failed: u64,
     /// Submission pauses until then after a refused request.
     refused_until: Option<Instant>,
     events: Vec<(Instant, ClientEvent)>,
@@ -139,6 +141,7 @@ impl<P: Provider> Run<P> {
                     if self.moved.get(usize::from(id)).copied() == Some(true) {
                         self.moved[usize::from(id)] = false;
                         self.moving -= 1;
+                        self.moved_failed += u64::from(result.is_err());
                         if self.moving == 0 {
                             self.failover_at = Some(now);
                         }
@@ -270,6 +273,7 @@ pub(super) fn measure<P: Provider>(
             moving: 0,
             failover_at: None,
             refused_until: None,
+            moved_failed: 0,
             events: Vec::new(),
             idle: Idle::new(plan.busy),
         };
@@ -337,6 +341,7 @@ pub(super) fn measure<P: Provider>(
                 _ => {}
             }
         }
+        k.moved_failed = run.moved_failed;
         k.failover_ns = if k.moved == 0 {
             Some(0)
         } else {

@@ -15,6 +15,8 @@ pub struct KillReport {
     pub at_s: f64,
     /// Requests in flight on the path when it was killed.
     pub moved: u64,
+    /// Of those, the ones that completed with an error (no other path took them).
+    pub moved_failed: u64,
     /// From the kill until the last of those completed (on another path), if they did.
     pub failover_ns: Option<u64>,
     /// From the kill until the path was up again, if it came back.
@@ -150,9 +152,15 @@ impl Report for RtrsReport {
                 k.at_s, k.moved
             )?;
             match k.failover_ns {
-                Some(ns) => writeln!(
+                Some(ns) if k.moved_failed == 0 => writeln!(
                     out,
                     "    failover: all of them completed on other paths {} after the kill",
+                    us(ns)
+                )?,
+                Some(ns) => writeln!(
+                    out,
+                    "    failover: {} of them failed (no other path was up); the last completed {} after the kill",
+                    k.moved_failed,
                     us(ns)
                 )?,
                 None => writeln!(out, "    failover: NOT all of them completed")?,
