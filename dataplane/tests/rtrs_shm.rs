@@ -1,13 +1,17 @@
 //! RTRS on a real fabric: the client and server state machines run by their fabric drivers
 //! (`dp_rtrs::fabric`) over the shm provider, each side on its own thread, polling in
-//! hybrid mode (spin while busy, sleep briefly when idle) so both fit two cores.
+//! hybrid mode (spin while busy, sleep briefly when idle) so both fit two cores. The server
+//! runs as a poller of an lcore poll loop (`lcore::poll_loop`); the client drives its loop
+//! by hand, so the tests can act between turns.
 //!
 //! The server is a RAM disk: READs are answered from its memory, WRITEs stored there, and
 //! every byte is checked on the way (the client checks READ data, the server checks WRITE
 //! data against the pattern the request names).
 
+use std::cell::RefCell;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
@@ -21,6 +25,8 @@ use dataplane::rtrs::permit::{ConType, Permit, Wait};
 use dataplane::rtrs::srv::{Server, ServerConfig, ServerEvent, ServerIo};
 use dataplane::rtrs::wire::{Imm, ImmType, IoRsp};
 use dataplane::rtrs::work::{Dir, PathId};
+use lcore::poll_loop::{Ctx, LoopBuilder, LoopConfig, PollMode};
+use lcore::stop::StopToken;
 use lcore::time::{Clock, Instant, RealClock};
 use mempool::memory::{Region, RegionConfig};
 
@@ -103,7 +109,6 @@ fn any_server(
 ) -> (JoinHandle<Served>, mpsc::Receiver<()>) {
     let (tx, rx) = mpsc::channel();
     let h = std::thread::spawn(move || {
-        let clock = RealClock::new();
         let mut drv = ServerDriver::<Shm>::new(dev(&dir), &addrs).expect("listen");
         drv.set_tamper(tamper);
         let mut cfg = ServerConfig {
@@ -117,16 +122,28 @@ fn any_server(
         }
         let mut srv = Server::new(cfg).expect("server config");
         tx.send(()).unwrap();
-        let mut served = Served::default();
-        let mut idle = Idle(None);
+        // The server runs as a poller of an lcore poll loop in hybrid mode.
+        let served = Rc::new(RefCell::new(Served::default()));
+        let out = Rc::clone(&served);
         let mut usr = [0u8; 8];
         let mut data = vec![0u8; BS];
-        while !stop.load(Ordering::Relaxed) {
-            if pause.as_ref().is_some_and(|p| p.0.load(Ordering::Relaxed)) {
-                std::thread::sleep(Duration::from_millis(1));
-                continue;
+        let mut b = LoopBuilder::<(), _>::new(
+            LoopConfig {
+                mode: PollMode::hybrid_default(),
+                ..LoopConfig::default()
+            },
+            RealClock::new(),
+        );
+        b.poller("rtrs-server", move |ctx: &mut Ctx<'_, ()>| {
+            if stop.load(Ordering::Relaxed) {
+                ctx.stop_local();
+                return 0;
             }
-            let now = clock.now();
+            if pause.as_ref().is_some_and(|p| p.0.load(Ordering::Relaxed)) {
+                return 0;
+            }
+            let now = ctx.now();
+            let mut served = out.borrow_mut();
             let mut work = drv.poll(now, &mut srv);
             while let Some(ev) = srv.poll_event() {
                 work += 1;
@@ -173,9 +190,14 @@ fn any_server(
                 }
                 let _ = srv.resp_rdma(now, op, status, &mut drv);
             }
-            idle.after(work);
-        }
-        served
+            work
+        });
+        let mut l = b.build().expect("loop config");
+        l.run_detached(&StopToken::new());
+        drop(l);
+        Rc::try_unwrap(served)
+            .expect("the loop is gone")
+            .into_inner()
     });
     (h, rx)
 }
