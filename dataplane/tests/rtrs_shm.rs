@@ -23,7 +23,7 @@ use dataplane::rtrs::error::{PathError, Violation};
 use dataplane::rtrs::fabric::{ClientDriver, ClientDriverConfig, ServerDriver, Tamper};
 use dataplane::rtrs::permit::{ConType, Permit, Wait};
 use dataplane::rtrs::srv::{Server, ServerConfig, ServerEvent, ServerIo};
-use dataplane::rtrs::wire::{Imm, ImmType, IoRsp};
+use dataplane::rtrs::wire::{Geometry, Imm, ImmType, IoRsp};
 use dataplane::rtrs::work::{Dir, PathId};
 use lcore::poll_loop::{Ctx, LoopBuilder, LoopConfig, PollMode};
 use lcore::stop::StopToken;
@@ -78,6 +78,8 @@ struct Served {
     reads: u64,
     writes: u64,
     bad_writes: u64,
+    /// Paths the server closed for a protocol violation.
+    violation_closes: u64,
 }
 
 /// A RAM-disk server on `addrs` (one per path) until `stop`.
@@ -145,6 +147,7 @@ fn any_server(
             let now = ctx.now();
             let mut served = out.borrow_mut();
             let mut work = drv.poll(now, &mut srv);
+            served.violation_closes = srv.stats().violation_closes;
             while let Some(ev) = srv.poll_event() {
                 work += 1;
                 let ServerEvent::Request {
@@ -261,14 +264,25 @@ impl Client {
             .expect("data region"),
         );
         let region = drv.add_region(Arc::clone(&data)).expect("register");
-        let mut cfg = ClientConfig::new(b"rtrs-shm-test", [7; 16]).unwrap();
+        // Every session of the process its own UUID and name (a server refuses a path name
+        // another session uses).
+        static SESSIONS: AtomicU64 = AtomicU64::new(1);
+        let n = SESSIONS.fetch_add(1, Ordering::Relaxed);
+        let name = format!("rtrs-shm-test-{n}");
+        let mut cfg = ClientConfig::new(name.as_bytes(), [n as u8; 16]).unwrap();
         cfg.policy = policy;
         cfg.reconnect_delay = Duration::from_millis(200);
         if let Some(hb) = hb {
             cfg.hb_interval = hb;
         }
         let mut sess = ClientSession::new(cfg).unwrap();
-        let uuids: Vec<[u8; 16]> = (0..addrs.len()).map(|k| [k as u8 + 1; 16]).collect();
+        let uuids: Vec<[u8; 16]> = (0..addrs.len())
+            .map(|k| {
+                let mut u = [n as u8; 16];
+                u[0] = k as u8 + 1;
+                u
+            })
+            .collect();
         sess.open(clock.now(), &uuids, &mut drv).expect("open");
         let mut c = Self {
             clock,
@@ -769,6 +783,67 @@ fn repeated_path_kills_under_load_lose_nothing() {
     let served = h.join().unwrap();
     assert_eq!(failed, 0);
     assert_eq!(bad, 0);
+    assert_eq!(served.bad_writes, 0);
+    let _ = std::fs::remove_dir_all(d);
+}
+
+/// Points every IO request at a chunk past the queue depth.
+fn stray_request(imm: u32) -> u32 {
+    let i = Imm(imm);
+    if i.ty() != ImmType::IoReq {
+        return imm;
+    }
+    let g = Geometry::new(QD, 8192).unwrap();
+    let off = i.payload() & ((1 << g.mem_bits()) - 1);
+    Imm::io_req(((u32::from(QD) + 5) << g.mem_bits()) | off).0
+}
+
+#[test]
+fn lying_client_costs_only_its_own_session() {
+    let d = dir("liar");
+    let addrs = vec![addr(7701)];
+    let stop = Arc::new(AtomicBool::new(false));
+    let (h, ready) = server(d.clone(), addrs.clone(), Arc::clone(&stop));
+    ready.recv().unwrap();
+    let mut honest = Client::open(&d, &addrs, MpPolicy::MinInflight);
+    let mut liar = Client::open(&d, &addrs, MpPolicy::MinInflight);
+    honest.run(300, 8, |_| Dir::Read, |_| {});
+    liar.drv.set_tamper_imm(Some(stray_request));
+    for b in 1..=4 {
+        assert!(liar.submit(Dir::Write, b));
+    }
+    // The server closes the liar's path; the liar's requests fail (it has no other path).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while liar.inflight() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the liar's requests never ended"
+        );
+        liar.turn();
+        honest.turn();
+    }
+    assert_eq!(liar.done, 0, "no stray request was served");
+    assert!(liar.failed > 0);
+    honest.run(
+        2000,
+        usize::from(QD),
+        |b| if b % 2 == 0 { Dir::Write } else { Dir::Read },
+        |_| {},
+    );
+    honest.drain();
+    assert_eq!(
+        (honest.failed, honest.bad_reads),
+        (0, 0),
+        "the honest session never noticed"
+    );
+    honest.close();
+    liar.close();
+    stop.store(true, Ordering::Relaxed);
+    let served = h.join().unwrap();
+    assert!(
+        served.violation_closes >= 1,
+        "the server counted the violation: {served:?}"
+    );
     assert_eq!(served.bad_writes, 0);
     let _ = std::fs::remove_dir_all(d);
 }

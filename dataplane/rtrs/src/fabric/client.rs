@@ -104,6 +104,8 @@ pub struct ClientDriver<P: Provider> {
     scratch: Vec<u8>,
     stats: DriverStats,
     turn: u32,
+    #[cfg(feature = "testing")]
+    tamper_imm: Option<fn(u32) -> u32>,
 }
 
 impl<P: Provider> core::fmt::Debug for ClientDriver<P> {
@@ -139,6 +141,8 @@ impl<P: Provider> ClientDriver<P> {
             scratch: Vec::with_capacity(64),
             stats: DriverStats::default(),
             turn: 0,
+            #[cfg(feature = "testing")]
+            tamper_imm: None,
         })
     }
 
@@ -176,6 +180,14 @@ impl<P: Provider> ClientDriver<P> {
     /// The driver's counters.
     pub fn stats(&self) -> DriverStats {
         self.stats
+    }
+
+    /// Test kit (feature `testing`): makes this client lie, rewriting the immediate of
+    /// every IO request it posts with `f` (to show that a lying client costs only its own
+    /// session on the server). Never in shipped code.
+    #[cfg(feature = "testing")]
+    pub fn set_tamper_imm(&mut self, f: Option<fn(u32) -> u32>) {
+        self.tamper_imm = f;
     }
 
     /// The server address a path connects to.
@@ -404,6 +416,21 @@ impl<P: Provider> ClientIo for ClientDriver<P> {
     }
 
     fn post_send(&mut self, conn: Conn, chain: &[Wr<'_>]) -> Result<(), PostError> {
+        #[cfg(feature = "testing")]
+        let mut lied = [Wr::LocalInv { wr_id: 0, key: 0 }; super::MAX_CHAIN];
+        #[cfg(feature = "testing")]
+        let chain = match self.tamper_imm {
+            Some(f) if chain.len() <= lied.len() => {
+                for (d, w) in lied.iter_mut().zip(chain) {
+                    *d = *w;
+                    if let Wr::IoRequest { imm, .. } = d {
+                        *imm = f(*imm);
+                    }
+                }
+                &lied[..chain.len()]
+            }
+            _ => chain,
+        };
         let (q, mem) = self.split(conn).ok_or_else(gone)?;
         q.post_send(&mem.pd, chain, mem)
     }
