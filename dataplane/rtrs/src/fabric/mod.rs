@@ -29,6 +29,50 @@
 //!   connect; the server listens on one address per path ([`ServerDriver::new`]; over shm,
 //!   distinct ports).
 //!
+//! # A client lcore
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use dp_fabric::Provider;
+//! use dp_rtrs::clt::{ClientConfig, ClientEvent, ClientSession, DataRef, Request};
+//! use dp_rtrs::fabric::{ClientDriver, ClientDriverConfig};
+//! use dp_rtrs::permit::{ConType, Wait};
+//! use dp_rtrs::work::Dir;
+//! use lcore::time::{Clock, RealClock};
+//! use mempool::memory::{Region, RegionConfig};
+//!
+//! fn read_one<P: Provider>(dev: Arc<P::Device>, server: std::net::SocketAddr)
+//!     -> Result<(), Box<dyn std::error::Error>> {
+//!     let clock = RealClock::new();
+//!     let mut drv = ClientDriver::<P>::new(dev, ClientDriverConfig::default())?;
+//!     drv.add_route(server); // path 0
+//!     let buf = Arc::new(Region::new(&RegionConfig::new("io", 1 << 20).shareable(true))?);
+//!     let region = drv.add_region(Arc::clone(&buf))?;
+//!     let mut sess = ClientSession::new(ClientConfig::new(b"sess", [1; 16])?)?;
+//!     sess.open(clock.now(), &[[2; 16]], &mut drv)?;
+//!     loop {
+//!         drv.poll(clock.now(), &mut sess);
+//!         match sess.poll_event() {
+//!             Some(ClientEvent::Opened { .. }) => break,
+//!             Some(ClientEvent::OpenFailed { error, .. }) => return Err(error.into()),
+//!             _ => {}
+//!         }
+//!     }
+//!     let permits = Arc::clone(sess.permits().expect("open"));
+//!     let p = permits.get(ConType::Io, 0, Wait::NoWait).expect("a free permit");
+//!     let data = Some(DataRef { region, offset: 0, len: 4096 });
+//!     let req = Request { dir: Dir::Read, usr: b"block 7", data, ctx: 7 };
+//!     sess.request(clock.now(), &p, req, &mut drv)?;
+//!     loop {
+//!         drv.poll(clock.now(), &mut sess);
+//!         if let Some(ClientEvent::Completed { result, .. }) = sess.poll_event() {
+//!             permits.put(p);
+//!             return Ok(result?); // the 4 KiB are in `buf` now
+//!         }
+//!     }
+//! }
+//! ```
+//!
 //! # Modes
 //!
 //! The drivers run the **registered-once** mode: client data registered once per path
