@@ -36,6 +36,7 @@ use crate::limit::{self, LimitConfig};
 use crate::pool_perf::{self, MempoolConfig};
 use crate::ring_perf::{self, RingConfig};
 use crate::rstream::RstreamArgs;
+use crate::rtrs::RtrsArgs;
 use crate::{PerfError, Report};
 
 /// The whole command line.
@@ -91,6 +92,9 @@ pub enum Command {
     /// fio-style block IO (--rw, --bs, --iodepth, --numjobs, --runtime, --size, --verify)
     /// against a file or block device through io_uring; fio's summary and JSON.
     Blk(BlkArgs),
+    /// RTRS block IO (the RNBD transport) as fio drives it: IOPS, Gb/s and latency of
+    /// --iodepth requests of --bs bytes over --paths paths; --kill-path-after tests failover.
+    Rtrs(RtrsArgs),
     /// Draw figure files that earlier runs wrote with `--plot FILE.json` into one chart
     /// (`--plot OUT.svg`): an rsocket run next to its `--tcp` twin, write against send.
     Plot(PlotArgs),
@@ -117,6 +121,7 @@ impl Command {
             Self::ReadBw(a) => Box::new(a.run(Test::ReadBw, common)?),
             Self::Rstream(a) => Box::new(a.run(common)?),
             Self::Blk(a) => Box::new(a.run(common)?),
+            Self::Rtrs(a) => Box::new(a.run(common)?),
             Self::Plot(a) => Box::new(a.run()?),
         })
     }
@@ -145,7 +150,7 @@ impl Command {
         if !name.is_empty() {
             return Err(PerfError::Usage(format!(
                 "--plot: `dp-perf {name}` draws no plot; plots come from limit, write-lat, \
-                 send-lat, read-lat, write-bw, send-bw, read-bw, rstream, blk and plot"
+                 send-lat, read-lat, write-bw, send-bw, read-bw, rstream, blk, rtrs and plot"
             )));
         }
         let server = match self {
@@ -156,6 +161,7 @@ impl Command {
             | Self::ReadLat(a)
             | Self::ReadBw(a) => a.server,
             Self::Rstream(a) => a.server,
+            Self::Rtrs(a) => a.server,
             _ => false,
         };
         if server {

@@ -13,6 +13,7 @@
 //! | `dp-perf write-lat`, `write-bw`, `send-lat`, `send-bw`, `read-lat`, `read-bw` | [`fabric`] | perftest (`ib_write_lat`, ...) |
 //! | `dp-perf rstream` | [`rstream`] | librdmacm's `rstream`, kernel TCP |
 //! | `dp-perf blk` | [`blk`] | fio (`--rw`, `--bs`, `--iodepth`, ...; fio's summary and JSON) |
+//! | `dp-perf rtrs` | [`rtrs`] | fio over RNBD (RTRS block IO, multipath failover) |
 //! | `dp-perf plot` | [`figures`] | draws `--plot FILE.json` data of several runs in one chart |
 //!
 //! # Rules every measurement follows
@@ -45,6 +46,7 @@ pub mod pool_perf;
 mod report;
 pub mod ring_perf;
 pub mod rstream;
+pub mod rtrs;
 
 pub use error::PerfError;
 pub use report::Report;

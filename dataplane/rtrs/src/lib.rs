@@ -21,19 +21,25 @@
 //! | [`srv`] | the server: [`srv::Server`] with its sessions, paths and responses |
 //! | [`stats`] | counters in the shape of Linux's sysfs files |
 //! | [`error`] | `Copy` errors: peer violations, per-IO errors, control errors, each with its errno |
+//! | [`fabric`] | the drivers that run both sides on a `dp-fabric` provider: [`fabric::ClientDriver`], [`fabric::ServerDriver`] |
 //! | `sim` (feature `testing`) | a deterministic simulator: both sides over simulated paths in virtual time |
 //!
-//! Nothing here does I/O, reads a clock, spawns a thread or allocates on the data path (the
-//! request and response paths use tables sized when a path connects); no unsafe code. The
-//! crate depends on `dp-fabric` only for vocabulary ([`dp_fabric::WcStatus`],
-//! [`dp_fabric::Sge`], [`dp_fabric::RemoteAddr`], [`dp_fabric::PostError`]) and on `lcore`
-//! for [`timer::Instant`]; it builds and tests with no provider.
+//! The state machines do no I/O, read no clock, spawn no thread and allocate nothing on the
+//! data path (the request and response paths use tables sized when a path connects); no
+//! unsafe code anywhere in the crate. They use `dp-fabric` only for vocabulary
+//! ([`dp_fabric::WcStatus`], [`dp_fabric::Sge`], [`dp_fabric::RemoteAddr`],
+//! [`dp_fabric::PostError`]) and `lcore` for [`timer::Instant`]. The drivers in [`fabric`]
+//! bind them to real queue pairs through `dp-fabric`'s traits, generic over the provider:
+//! the crate depends on no provider and builds and tests with none (tests over `shm` live in
+//! the facade crate, `dataplane/tests/rtrs_shm.rs`).
 //!
 //! # How a fabric driver runs a state machine
 //!
 //! The state machines call their driver trait ([`clt::ClientIo`], [`srv::ServerIo`]) for
 //! every side effect, and take everything that happens as `handle_*` calls. A driver on an
-//! lcore runs this loop (the simulator in `sim` is such a driver):
+//! lcore runs this loop (the simulator in `sim` is such a driver; so are
+//! [`fabric::ClientDriver::poll`] and [`fabric::ServerDriver::poll`], which do steps 1 to 3
+//! and leave 4 and 5 to their caller):
 //!
 //! 1. **Connection manager.** For each event of a connection the state machine created
 //!    (`ClientIo::connect` / `ServerIo::accept` gave it a [`work::Conn`]), call
@@ -144,6 +150,7 @@
 
 pub mod clt;
 pub mod error;
+pub mod fabric;
 pub mod permit;
 #[cfg(feature = "testing")]
 pub mod sim;

@@ -303,18 +303,34 @@ impl ClientSession {
             ids.push(self.path_mut(i).id);
         }
         self.opening = path_uuids.len() as u32;
-        for &id in &ids {
-            let Some(i) = self.index(id) else {
-                continue;
-            };
-            if self.state != SessState::Opening {
-                break;
-            }
+        // The first path alone: it carries `first_conn`, which creates the session on the
+        // server, and a request of another path reaching the server before it would be
+        // refused (`-ENXIO`). The others start once it is up (Linux opens them one by one).
+        if let Some(i) = ids.first().and_then(|&id| self.index(id)) {
             let ctx = self.sess_ctx();
             let o = self.path_mut(i).start(now, io, &ctx);
             self.apply(i, o, now, io);
         }
         Ok(ids)
+    }
+
+    /// During the open: starts the paths of `open` that have not started yet (epoch 0),
+    /// once the first is up.
+    fn start_open_paths(&mut self, now: Instant, io: &mut impl ClientIo) {
+        for i in 0..self.paths.len() {
+            if self.state != SessState::Opening {
+                break;
+            }
+            let Some(p) = self.paths[i].as_ref() else {
+                continue;
+            };
+            if p.origin != Origin::Open || p.epoch() != 0 {
+                continue;
+            }
+            let ctx = self.sess_ctx();
+            let o = self.path_mut(i).start(now, io, &ctx);
+            self.apply(i, o, now, io);
+        }
     }
 
     /// `rtrs_clt_create_path_from_sysfs`: adds a path at run time and starts connecting it
@@ -739,6 +755,8 @@ impl ClientSession {
                 self.opening -= 1;
                 if self.opening == 0 {
                     self.opened();
+                } else {
+                    self.start_open_paths(now, io);
                 }
             }
             _ => {}

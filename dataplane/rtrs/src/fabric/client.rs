@@ -1,0 +1,476 @@
+//! The client's fabric driver: [`ClientDriver`] implements [`ClientIo`] over any provider
+//! and runs a [`ClientSession`] with [`ClientDriver::poll`].
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use dp_fabric::{
+    Access, CmChannel, ConnId, Device, MemoryRegion, PostError, PostErrorKind, ProtectionDomain,
+    Provider, QpState, Sge,
+};
+use mempool::memory::{Region, RegionConfig};
+
+use super::qp::{LocalMem, QpRes, errno_of};
+use crate::clt::{ClientIo, ClientSession, DataRef, Mapped};
+use crate::timer::Instant;
+use crate::work::{CmEvent, Conn, Dir, OutOfBounds, PathId, QpSizes, RecvBuf, Wr};
+
+/// What the client driver is built with.
+#[derive(Clone, Copy, Debug)]
+pub struct ClientDriverConfig {
+    /// Permits the header buffers are made for: at least the server's queue depth (a
+    /// request through a permit above it fails with `MsgSize`).
+    pub max_queue_depth: u16,
+    /// Bytes of header buffer per permit: user message plus the RTRS header (at most the
+    /// server's `max_hdr_size`).
+    pub hdr_bytes: u32,
+}
+
+impl Default for ClientDriverConfig {
+    /// 512 permits (Linux's default queue depth) of 512 bytes.
+    fn default() -> Self {
+        Self {
+            max_queue_depth: 512,
+            hdr_bytes: 512,
+        }
+    }
+}
+
+/// A path's registrations: its protection domain (so the server reaches only what was
+/// registered for this path), the header buffers and the data regions in it.
+struct PathMem<P: Provider> {
+    pd: P::Pd,
+    iu: P::Mr,
+    iu_slot: u32,
+    data: Vec<P::Mr>,
+}
+
+impl<P: Provider> LocalMem for PathMem<P> {
+    fn iu_sge(&self, slot: u16, len: u32) -> Option<Sge> {
+        let at = u64::from(slot) * u64::from(self.iu_slot);
+        if len > self.iu_slot || at + u64::from(len) > self.iu.len() as u64 {
+            return None;
+        }
+        Some(Sge {
+            addr: self.iu.addr() + at,
+            length: len,
+            lkey: self.iu.lkey(),
+        })
+    }
+
+    fn chunk_sge(&self, _chunk: u16, _len: u32) -> Option<Sge> {
+        None
+    }
+}
+
+struct CPath<P: Provider> {
+    id: PathId,
+    addr: SocketAddr,
+    cm: P::Cm,
+    mem: Option<PathMem<P>>,
+    conns: Vec<Option<QpRes<P>>>,
+}
+
+impl<P: Provider> CPath<P> {
+    fn conn_of(&self, id: ConnId) -> Option<Conn> {
+        self.conns
+            .iter()
+            .flatten()
+            .find(|q| q.conn_id == id)
+            .map(|q| q.conn)
+    }
+}
+
+/// Counters of the driver itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DriverStats {
+    /// Connection-manager events handed to the state machine.
+    pub cm_events: u64,
+    /// Completions handed to the state machine.
+    pub completions: u64,
+    /// Connection-manager events of connections already closed (ignored).
+    pub stale_cm_events: u64,
+}
+
+/// The client's driver over provider `P` (see the module doc).
+pub struct ClientDriver<P: Provider> {
+    dev: Arc<P::Device>,
+    routes: VecDeque<SocketAddr>,
+    paths: Vec<Option<CPath<P>>>,
+    iu: Arc<Region>,
+    iu_slot: u32,
+    regions: Vec<Arc<Region>>,
+    scratch: Vec<u8>,
+    stats: DriverStats,
+    turn: u32,
+    #[cfg(feature = "testing")]
+    tamper_imm: Option<fn(u32) -> u32>,
+}
+
+impl<P: Provider> core::fmt::Debug for ClientDriver<P> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ClientDriver")
+            .field("provider", &P::NAME)
+            .field("paths", &self.paths.iter().flatten().count())
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl<P: Provider> ClientDriver<P> {
+    /// A driver on `dev`, with header buffers for `cfg.max_queue_depth` permits.
+    ///
+    /// # Errors
+    /// The header buffers cannot be allocated.
+    pub fn new(
+        dev: Arc<P::Device>,
+        cfg: ClientDriverConfig,
+    ) -> Result<Self, mempool::memory::MemError> {
+        let iu_slot = cfg.hdr_bytes.max(64);
+        let len =
+            (usize::from(cfg.max_queue_depth.max(1)) * iu_slot as usize).next_multiple_of(4096);
+        let iu = Arc::new(Region::new(&RegionConfig::new("rtrs-iu", len).quiet())?);
+        Ok(Self {
+            dev,
+            routes: VecDeque::new(),
+            paths: Vec::new(),
+            iu,
+            iu_slot,
+            regions: Vec::new(),
+            scratch: Vec::with_capacity(64),
+            stats: DriverStats::default(),
+            turn: 0,
+            #[cfg(feature = "testing")]
+            tamper_imm: None,
+        })
+    }
+
+    /// Queues the server address of the next path the session connects: paths take the
+    /// queued addresses in the order they first connect ([`ClientSession::open`] connects
+    /// its paths in the order of its UUIDs, [`ClientSession::add_path`] one more). A path
+    /// keeps its address across reconnects.
+    pub fn add_route(&mut self, addr: SocketAddr) {
+        self.routes.push_back(addr);
+    }
+
+    /// Adds a data region (requests name it by the returned number in
+    /// [`DataRef::region`]). It is registered on every path for local access and remote
+    /// write (READ answers land in it), so it must be shareable with peers for providers
+    /// that need that (`RegionConfig::shareable`).
+    ///
+    /// # Errors
+    /// Registering it on a connected path failed (the provider's error).
+    pub fn add_region(&mut self, region: Arc<Region>) -> Result<u32, dp_fabric::FabricError> {
+        for p in self.paths.iter_mut().flatten() {
+            if let Some(m) = p.mem.as_mut() {
+                let mr = m.pd.reg_region(&region, 0, region.len(), data_access())?;
+                m.data.push(mr);
+            }
+        }
+        self.regions.push(region);
+        Ok(self.regions.len() as u32 - 1)
+    }
+
+    /// A data region added with [`add_region`](Self::add_region).
+    pub fn region(&self, id: u32) -> Option<&Arc<Region>> {
+        self.regions.get(id as usize)
+    }
+
+    /// The driver's counters.
+    pub fn stats(&self) -> DriverStats {
+        self.stats
+    }
+
+    /// Test kit (feature `testing`): makes this client lie, rewriting the immediate of
+    /// every IO request it posts with `f` (to show that a lying client costs only its own
+    /// session on the server). Never in shipped code.
+    #[cfg(feature = "testing")]
+    pub fn set_tamper_imm(&mut self, f: Option<fn(u32) -> u32>) {
+        self.tamper_imm = f;
+    }
+
+    /// The server address a path connects to.
+    pub fn path_addr(&self, path: PathId) -> Option<SocketAddr> {
+        self.path(path).map(|p| p.addr)
+    }
+
+    /// Tears a path down from below, as a failing link does: every connection of the path
+    /// is disconnected through the connection manager (both sides see `DISCONNECTED`).
+    /// The session then fails the path's requests over and reconnects it later. Returns
+    /// the number of connections disconnected.
+    pub fn kill_path(&mut self, path: PathId) -> usize {
+        let Some(p) = self.path_mut(path) else {
+            return 0;
+        };
+        let ids: Vec<ConnId> = p.conns.iter().flatten().map(|q| q.conn_id).collect();
+        ids.iter()
+            .filter(|&&id| p.cm.disconnect(id).is_ok())
+            .count()
+    }
+
+    fn path(&self, id: PathId) -> Option<&CPath<P>> {
+        self.paths
+            .get(usize::from(id.idx))?
+            .as_ref()
+            .filter(|p| p.id == id)
+    }
+
+    fn path_mut(&mut self, id: PathId) -> Option<&mut CPath<P>> {
+        self.paths
+            .get_mut(usize::from(id.idx))?
+            .as_mut()
+            .filter(|p| p.id == id)
+    }
+
+    /// One turn of the loop of the crate doc for `sess`: connection-manager events,
+    /// completions, due timers. Returns the number of events and completions handled (0:
+    /// idle). The caller then drains `sess.poll_event()` and submits.
+    pub fn poll(&mut self, now: Instant, sess: &mut ClientSession) -> usize {
+        let mut work = 0;
+        for p in 0..self.paths.len() {
+            let cids = self.paths[p].as_ref().map_or(0, |x| x.conns.len());
+            for cid in 0..cids {
+                work += self.poll_conn(now, sess, p, cid);
+            }
+        }
+        // The control path (CM events, timers) every CTRL_EVERY turns under load, every
+        // turn when idle.
+        self.turn = self.turn.wrapping_add(1);
+        if work == 0 || self.turn.is_multiple_of(super::CTRL_EVERY) {
+            work += self.poll_cm(now, sess);
+            if sess.poll_timeout().is_some_and(|t| t <= now) {
+                sess.handle_timeout(now, self);
+            }
+        }
+        work
+    }
+
+    fn poll_cm(&mut self, now: Instant, sess: &mut ClientSession) -> usize {
+        let mut work = 0;
+        for p in 0..self.paths.len() {
+            while let Some(ev) = self.paths[p].as_mut().and_then(|x| x.cm.poll_event()) {
+                let path = self.paths[p].as_mut().expect("polled above");
+                work += 1;
+                use dp_fabric::CmEvent as F;
+                let (id, data, kind) = match ev {
+                    F::Established { conn, private_data } => (Some(conn), private_data, 0),
+                    F::Rejected { conn, private_data } => (Some(conn), private_data, 1),
+                    F::Unreachable { conn, .. } => (Some(conn), Default::default(), 2),
+                    F::Disconnected { conn } => (Some(conn), Default::default(), 3),
+                    F::DeviceRemoval => (None, Default::default(), 4),
+                    F::ConnectRequest { request, .. } => {
+                        // A client listens nowhere; refuse what arrives anyway.
+                        let _ = path.cm.reject(request, &[]);
+                        continue;
+                    }
+                };
+                let conn = match id {
+                    Some(id) => path.conn_of(id),
+                    None => path.conns.iter().flatten().next().map(|q| q.conn),
+                };
+                let Some(conn) = conn else {
+                    self.stats.stale_cm_events += 1;
+                    continue;
+                };
+                let ev = match kind {
+                    0 => CmEvent::Established {
+                        private_data: data.as_bytes(),
+                    },
+                    1 => CmEvent::Rejected {
+                        private_data: data.as_bytes(),
+                    },
+                    2 => CmEvent::Unreachable,
+                    3 => CmEvent::Disconnected,
+                    _ => CmEvent::DeviceRemoval,
+                };
+                self.stats.cm_events += 1;
+                sess.handle_cm(now, conn, ev, self);
+            }
+        }
+        work
+    }
+
+    fn poll_conn(&mut self, now: Instant, sess: &mut ClientSession, p: usize, cid: usize) -> usize {
+        let Some(q) = self.qp_at(p, cid) else {
+            return 0;
+        };
+        let n = q.poll();
+        let conn = q.conn;
+        let mut out = core::mem::take(&mut self.scratch);
+        for i in 0..n {
+            let Some(q) = self.qp_at(p, cid).filter(|q| q.conn == conn) else {
+                // The state machine closed the connection while handling the batch: the
+                // rest belongs to a connection it no longer has.
+                break;
+            };
+            let wc = q.take(i, &mut out);
+            self.stats.completions += 1;
+            sess.handle_completion(now, conn, &wc, &out, self);
+        }
+        self.scratch = out;
+        n
+    }
+
+    fn qp_at(&mut self, p: usize, cid: usize) -> Option<&mut QpRes<P>> {
+        self.paths
+            .get_mut(p)?
+            .as_mut()?
+            .conns
+            .get_mut(cid)?
+            .as_mut()
+    }
+
+    /// The path of `conn` with its live connection (the epoch must match).
+    fn split(&mut self, conn: Conn) -> Option<(&mut QpRes<P>, &PathMem<P>)> {
+        let p = self.paths.get_mut(usize::from(conn.path.idx))?.as_mut()?;
+        if p.id != conn.path {
+            return None;
+        }
+        let CPath { conns, mem, .. } = p;
+        let q = conns.get_mut(usize::from(conn.cid))?.as_mut()?;
+        if q.conn != conn {
+            return None;
+        }
+        Some((q, mem.as_ref()?))
+    }
+
+    fn ensure_path(&mut self, id: PathId) -> Result<&mut CPath<P>, i32> {
+        let i = usize::from(id.idx);
+        if self.paths.len() <= i {
+            self.paths.resize_with(i + 1, || None);
+        }
+        if self.paths[i].as_ref().is_none_or(|p| p.id != id) {
+            let addr = self.routes.pop_front().ok_or(-libc::EHOSTUNREACH)?;
+            let cm = self.dev.create_cm_channel().map_err(|e| errno_of(&e))?;
+            self.paths[i] = Some(CPath {
+                id,
+                addr,
+                cm,
+                mem: None,
+                conns: Vec::new(),
+            });
+        }
+        let p = self.paths[i].as_mut().expect("made above");
+        if p.mem.is_none() {
+            let pd = self.dev.alloc_pd().map_err(|e| errno_of(&e))?;
+            let iu = pd
+                .reg_region(&self.iu, 0, self.iu.len(), Access::LOCAL_WRITE)
+                .map_err(|e| errno_of(&e))?;
+            let mut data = Vec::with_capacity(self.regions.len());
+            for r in &self.regions {
+                data.push(
+                    pd.reg_region(r, 0, r.len(), data_access())
+                        .map_err(|e| errno_of(&e))?,
+                );
+            }
+            p.mem = Some(PathMem {
+                pd,
+                iu,
+                iu_slot: self.iu_slot,
+                data,
+            });
+        }
+        Ok(p)
+    }
+}
+
+fn data_access() -> Access {
+    Access::LOCAL_WRITE | Access::REMOTE_WRITE
+}
+
+fn gone() -> PostError {
+    PostError {
+        index: 0,
+        kind: PostErrorKind::BadState(QpState::Error),
+    }
+}
+
+impl<P: Provider> ClientIo for ClientDriver<P> {
+    fn connect(&mut self, conn: Conn, sizes: QpSizes, private_data: &[u8; 56]) -> Result<(), i32> {
+        let dev = Arc::clone(&self.dev);
+        let p = self.ensure_path(conn.path)?;
+        let addr = p.addr;
+        let CPath { cm, mem, conns, .. } = p;
+        let pd = &mem.as_ref().expect("ensure_path made it").pd;
+        let q = QpRes::connect(&*dev, pd, cm, addr, conn, sizes, private_data)?;
+        let cid = usize::from(conn.cid);
+        if conns.len() <= cid {
+            conns.resize_with(cid + 1, || None);
+        }
+        conns[cid] = Some(q);
+        Ok(())
+    }
+
+    fn close_path(&mut self, path: PathId) {
+        let Some(p) = self.path_mut(path) else {
+            return;
+        };
+        for q in p.conns.iter().flatten() {
+            let _ = p.cm.disconnect(q.conn_id);
+        }
+        // Queue pairs and completion queues first, then the registrations and the
+        // protection domain: nothing of the path can move data once this returns.
+        p.conns.clear();
+        p.mem = None;
+    }
+
+    fn post_send(&mut self, conn: Conn, chain: &[Wr<'_>]) -> Result<(), PostError> {
+        #[cfg(feature = "testing")]
+        let mut lied = [Wr::LocalInv { wr_id: 0, key: 0 }; super::MAX_CHAIN];
+        #[cfg(feature = "testing")]
+        let chain = match self.tamper_imm {
+            Some(f) if chain.len() <= lied.len() => {
+                for (d, w) in lied.iter_mut().zip(chain) {
+                    *d = *w;
+                    if let Wr::IoRequest { imm, .. } = d {
+                        *imm = f(*imm);
+                    }
+                }
+                &lied[..chain.len()]
+            }
+            _ => chain,
+        };
+        let (q, mem) = self.split(conn).ok_or_else(gone)?;
+        q.post_send(&mem.pd, chain, mem)
+    }
+
+    fn post_recv(&mut self, conn: Conn, wr_id: u64, buf: RecvBuf) -> Result<(), PostError> {
+        let (q, mem) = self.split(conn).ok_or_else(gone)?;
+        q.post_recv(&mem.pd, wr_id, buf)
+    }
+
+    fn map_data(
+        &mut self,
+        conn: Conn,
+        _slot: u16,
+        data: &DataRef,
+        _dir: Dir,
+    ) -> Result<Mapped, i32> {
+        let (_, mem) = self.split(conn).ok_or(libc::ENOTCONN)?;
+        let mr = mem.data.get(data.region as usize).ok_or(libc::EFAULT)?;
+        let end = data
+            .offset
+            .checked_add(u64::from(data.len))
+            .ok_or(libc::EFAULT)?;
+        if end > mr.len() as u64 {
+            return Err(libc::EFAULT);
+        }
+        Ok(Mapped {
+            addr: mr.addr() + data.offset,
+            lkey: mr.lkey(),
+            rkey: mr.rkey(),
+            register: None,
+        })
+    }
+
+    fn write_iu(&mut self, slot: u16, off: u32, bytes: &[u8]) -> Result<(), OutOfBounds> {
+        let end = (off as usize).checked_add(bytes.len()).ok_or(OutOfBounds)?;
+        let at = usize::from(slot) * self.iu_slot as usize;
+        if end > self.iu_slot as usize || at + end > self.iu.len() {
+            return Err(OutOfBounds);
+        }
+        self.iu.copy_in(at + off as usize, bytes);
+        Ok(())
+    }
+}

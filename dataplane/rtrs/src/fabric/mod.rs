@@ -1,0 +1,102 @@
+//! The fabric drivers: the client and server state machines on real queue pairs, over any
+//! `dp-fabric` provider (`shm`, `verbs`), never naming one.
+//!
+//! | file | what |
+//! |---|---|
+//! | [`client`] | [`ClientDriver`]: [`ClientIo`](crate::clt::ClientIo) over a provider, and the loop that runs a [`ClientSession`](crate::clt::ClientSession) |
+//! | [`server`] | [`ServerDriver`]: [`ServerIo`](crate::srv::ServerIo) over a provider, and the loop that runs a [`Server`](crate::srv::Server) |
+//! | `qp` | one connection: completion queue, queue pair, receive buffers, and the translation of [`Wr`](crate::work::Wr) into `SendWr` |
+//!
+//! # Resources
+//!
+//! * **One completion queue per connection** (send and receive), as Linux's RTRS has; the
+//!   driver polls every connection's queue in its [`poll`](ClientDriver::poll) and hands
+//!   each completion to the state machine with the connection it belongs to.
+//! * **One protection domain per path** on both sides. The server registers a session's
+//!   chunks in each of the session's paths' domains, so a client's connections can write
+//!   only its own session's chunks (the provider checks keys against the queue pair's
+//!   domain); the client registers its header buffers and data regions in each path's
+//!   domain, so only that path's server connections reach them. `close_path` drops the
+//!   path's queue pairs, then its registrations and domain: once it returns, nothing of the
+//!   path moves data and old keys are revoked.
+//! * **Receives** complete in the order they were posted (flushes too), so each
+//!   connection keeps its posted receives in a FIFO: an empty receive (RDMA WRITE with
+//!   immediate) takes no memory, an `rkey_rsp` takes an 8-byte slot of a small ring, the
+//!   info exchange a control buffer made once per connection. Payloads are copied out of
+//!   registered memory before the state machine reads them (a peer may write there).
+//! * **Paths are connection sets to their own server address**: the client takes the
+//!   addresses queued with [`ClientDriver::add_route`] in the order its paths first
+//!   connect; the server listens on one address per path ([`ServerDriver::new`]; over shm,
+//!   distinct ports).
+//!
+//! # A client lcore
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use dp_fabric::Provider;
+//! use dp_rtrs::clt::{ClientConfig, ClientEvent, ClientSession, DataRef, Request};
+//! use dp_rtrs::fabric::{ClientDriver, ClientDriverConfig};
+//! use dp_rtrs::permit::{ConType, Wait};
+//! use dp_rtrs::work::Dir;
+//! use lcore::time::{Clock, RealClock};
+//! use mempool::memory::{Region, RegionConfig};
+//!
+//! fn read_one<P: Provider>(dev: Arc<P::Device>, server: std::net::SocketAddr)
+//!     -> Result<(), Box<dyn std::error::Error>> {
+//!     let clock = RealClock::new();
+//!     let mut drv = ClientDriver::<P>::new(dev, ClientDriverConfig::default())?;
+//!     drv.add_route(server); // path 0
+//!     let buf = Arc::new(Region::new(&RegionConfig::new("io", 1 << 20).shareable(true))?);
+//!     let region = drv.add_region(Arc::clone(&buf))?;
+//!     let mut sess = ClientSession::new(ClientConfig::new(b"sess", [1; 16])?)?;
+//!     sess.open(clock.now(), &[[2; 16]], &mut drv)?;
+//!     loop {
+//!         drv.poll(clock.now(), &mut sess);
+//!         match sess.poll_event() {
+//!             Some(ClientEvent::Opened { .. }) => break,
+//!             Some(ClientEvent::OpenFailed { error, .. }) => return Err(error.into()),
+//!             _ => {}
+//!         }
+//!     }
+//!     let permits = Arc::clone(sess.permits().expect("open"));
+//!     let p = permits.get(ConType::Io, 0, Wait::NoWait).expect("a free permit");
+//!     let data = Some(DataRef { region, offset: 0, len: 4096 });
+//!     let req = Request { dir: Dir::Read, usr: b"block 7", data, ctx: 7 };
+//!     sess.request(clock.now(), &p, req, &mut drv)?;
+//!     loop {
+//!         drv.poll(clock.now(), &mut sess);
+//!         if let Some(ClientEvent::Completed { result, .. }) = sess.poll_event() {
+//!             permits.put(p);
+//!             return Ok(result?); // the 4 KiB are in `buf` now
+//!         }
+//!     }
+//! }
+//! ```
+//!
+//! # Modes
+//!
+//! The drivers run the **registered-once** mode: client data registered once per path
+//! ([`Mapped::register`](crate::clt::Mapped) `None`), server `always_invalidate = false`.
+//! The invalidation work requests (`LOCAL_INV`, `SEND_WITH_INV`, re-registration) are not
+//! in `dp-fabric` yet: such a request is refused with `Unsupported`, and a server with
+//! `always_invalidate` refuses connections with `-EOPNOTSUPP` (its `map_chunks` fails).
+//!
+//! # Cost on the data path
+//!
+//! A request is one `post_send` of a chain built on the stack (at most [`MAX_CHAIN`]
+//! requests); a completion is a copy of at most 8 bytes of payload. No allocation, no
+//! system call, no lock beyond the provider's.
+
+/// Under load, the drivers poll the control path (connection-manager events, timers) once
+/// every this many turns of their loop; when a turn finds no completion, every turn.
+pub const CTRL_EVERY: u32 = 16;
+
+pub mod client;
+mod qp;
+pub mod server;
+
+pub use client::{ClientDriver, ClientDriverConfig, DriverStats};
+pub use qp::MAX_CHAIN;
+pub use server::ServerDriver;
+#[cfg(feature = "testing")]
+pub use server::Tamper;

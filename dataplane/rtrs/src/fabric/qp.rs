@@ -1,0 +1,409 @@
+//! One connection on a real fabric: its completion queue and queue pair, the receive
+//! buffers its receives are posted with, and the translation of the state machines' work
+//! requests ([`Wr`]) into the provider's ([`SendWr`]). Shared by the client and the server
+//! driver; what differs (where a request's header or a chunk lives) comes in through
+//! [`LocalMem`].
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use dp_fabric::{
+    Access, CmChannel, Completion, CompletionQueue, ConnId, Device, MemoryRegion, Payload,
+    PostError, PostErrorKind, ProtectionDomain, Provider, QpCaps, QpInit, RcQueuePair, RecvWr,
+    RemoteAddr, SendFlags, SendOp, SendWr, Sge,
+};
+use mempool::memory::{Region, RegionConfig};
+
+use crate::work::{Conn, QpSizes, RecvBuf, Wc, Wr};
+
+/// The longest chain the state machines post at once (a request with its registration, a
+/// response with its data write and re-registration): longer chains are refused.
+pub const MAX_CHAIN: usize = 8;
+
+/// Bytes of one small receive ([`RecvBuf::Small`], an `rkey_rsp`).
+const SMALL: usize = 8;
+
+/// Where the local memory of a request lives, on one side of one path.
+pub(crate) trait LocalMem {
+    /// The header buffer of permit `slot`, its first `len` bytes (client).
+    fn iu_sge(&self, slot: u16, len: u32) -> Option<Sge>;
+    /// The first `len` bytes of chunk `chunk` (server).
+    fn chunk_sge(&self, chunk: u16, len: u32) -> Option<Sge>;
+}
+
+/// A fabric failure while setting a connection up, as the negative errno the state
+/// machines take.
+pub(crate) fn errno_of(e: &dp_fabric::FabricError) -> i32 {
+    use dp_fabric::FabricError as F;
+    match e {
+        F::Exhausted { .. } => -libc::ENOMEM,
+        F::InvalidArgument { .. } | F::Registration { .. } => -libc::EINVAL,
+        F::Io { source, .. } => -source.raw_os_error().unwrap_or(libc::EIO),
+        _ => -libc::EIO,
+    }
+}
+
+/// A registered buffer of this side (receive or send buffers of the control path).
+struct Buf<P: Provider> {
+    mem: Arc<Region>,
+    mr: P::Mr,
+}
+
+impl<P: Provider> Buf<P> {
+    fn new(pd: &P::Pd, len: usize, name: &str) -> Result<Self, i32> {
+        let len = len.max(64).next_multiple_of(4096);
+        let mem = Region::new(&RegionConfig::new(name, len).quiet())
+            .map(Arc::new)
+            .map_err(|_| -libc::ENOMEM)?;
+        let mr = pd
+            .reg_region(&mem, 0, len, Access::LOCAL_WRITE)
+            .map_err(|e| errno_of(&e))?;
+        Ok(Self { mem, mr })
+    }
+
+    fn sge(&self, off: usize, len: u32) -> Sge {
+        Sge {
+            addr: self.mr.addr() + off as u64,
+            length: len,
+            lkey: self.mr.lkey(),
+        }
+    }
+}
+
+/// What a posted receive was posted with, in posting order (receives of a queue pair
+/// complete in order, flushed ones too).
+#[derive(Clone, Copy, Debug)]
+enum Posted {
+    Empty,
+    /// A slot of the small ring.
+    Small(usize),
+    /// The big buffer, this many bytes.
+    Big(u32),
+}
+
+/// One connection: completion queue, queue pair, receive buffers.
+pub(crate) struct QpRes<P: Provider> {
+    /// The state machine's handle.
+    pub(crate) conn: Conn,
+    /// The CM's name of it.
+    pub(crate) conn_id: ConnId,
+    qp: P::Qp,
+    cq: P::Cq,
+    max_inline: u32,
+    /// Receives in posting order.
+    posted: VecDeque<(u64, Posted)>,
+    /// Small receives: `slots` of 8 bytes, then the big buffer's room.
+    small: Option<Buf<P>>,
+    small_slots: usize,
+    small_next: usize,
+    big: Option<Buf<P>>,
+    send: Option<Buf<P>>,
+    /// Buffers replaced while receives into them may still be outstanding.
+    retired: Vec<Buf<P>>,
+    wcs: [Completion; 32],
+}
+
+impl<P: Provider> core::fmt::Debug for QpRes<P> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("QpRes")
+            .field("conn", &self.conn)
+            .field("conn_id", &self.conn_id)
+            .field("posted", &self.posted.len())
+            .finish()
+    }
+}
+
+/// The queue pair and completion queue sizes for `sizes` on `dev`.
+fn caps_for(dev: &impl Device, sizes: QpSizes) -> (QpCaps, u32) {
+    let a = dev.attr();
+    let max_wr = a.max_qp_wr.max(1);
+    let caps = QpCaps {
+        max_send_wr: sizes.max_send_wr.clamp(1, max_wr),
+        max_recv_wr: sizes.max_recv_wr.clamp(1, max_wr),
+        max_send_sge: sizes.max_send_sge.clamp(1, a.max_sge.max(1)),
+        max_recv_sge: 1,
+        max_inline_data: a.max_inline_data.min(256),
+    };
+    let cqe = (caps.max_send_wr + caps.max_recv_wr).min(a.max_cqe.max(1));
+    (caps, cqe)
+}
+
+impl<P: Provider> QpRes<P> {
+    /// Connects (client): a completion queue and a queue pair on `pd`, the request to `dst`.
+    pub(crate) fn connect(
+        dev: &P::Device,
+        pd: &P::Pd,
+        cm: &mut P::Cm,
+        dst: std::net::SocketAddr,
+        conn: Conn,
+        sizes: QpSizes,
+        private_data: &[u8],
+    ) -> Result<Self, i32> {
+        let (caps, cqe) = caps_for(dev, sizes);
+        let cq = dev.create_cq(cqe).map_err(|e| errno_of(&e))?;
+        let init = QpInit {
+            pd,
+            send_cq: &cq,
+            recv_cq: &cq,
+            caps,
+        };
+        let (conn_id, qp) = cm
+            .connect(dst, &init, private_data)
+            .map_err(|e| errno_of(&e))?;
+        Ok(Self::new(conn, conn_id, qp, cq, caps))
+    }
+
+    /// Accepts (server) `request` with a completion queue and a queue pair on `pd`.
+    pub(crate) fn accept(
+        dev: &P::Device,
+        pd: &P::Pd,
+        cm: &mut P::Cm,
+        request: P::ConnRequest,
+        conn: Conn,
+        sizes: QpSizes,
+        private_data: &[u8],
+    ) -> Result<Self, i32> {
+        let (caps, cqe) = caps_for(dev, sizes);
+        let cq = dev.create_cq(cqe).map_err(|e| errno_of(&e))?;
+        let init = QpInit {
+            pd,
+            send_cq: &cq,
+            recv_cq: &cq,
+            caps,
+        };
+        let (conn_id, qp) = cm
+            .accept(request, &init, private_data)
+            .map_err(|e| errno_of(&e))?;
+        Ok(Self::new(conn, conn_id, qp, cq, caps))
+    }
+
+    fn new(conn: Conn, conn_id: ConnId, qp: P::Qp, cq: P::Cq, caps: QpCaps) -> Self {
+        Self {
+            conn,
+            conn_id,
+            qp,
+            cq,
+            max_inline: caps.max_inline_data,
+            posted: VecDeque::with_capacity(caps.max_recv_wr as usize + 1),
+            small: None,
+            small_slots: caps.max_recv_wr as usize,
+            small_next: 0,
+            big: None,
+            send: None,
+            retired: Vec::new(),
+            wcs: [Completion::default(); 32],
+        }
+    }
+
+    /// Posts one receive of the kind asked.
+    pub(crate) fn post_recv(
+        &mut self,
+        pd: &P::Pd,
+        wr_id: u64,
+        buf: RecvBuf,
+    ) -> Result<(), PostError> {
+        let refused = |kind| PostError { index: 0, kind };
+        let (sge, what) = match buf {
+            RecvBuf::Empty => (None, Posted::Empty),
+            RecvBuf::Small => {
+                if self.small.is_none() {
+                    // Once per connection (the first receive of a NEW_RKEY session).
+                    let b = Buf::new(pd, self.small_slots * SMALL, "rtrs-small-rx")
+                        .map_err(|_| refused(PostErrorKind::QueueFull))?;
+                    self.small = Some(b);
+                }
+                let slot = self.small_next;
+                self.small_next = (slot + 1) % self.small_slots.max(1);
+                let b = self.small.as_ref().expect("made above");
+                (Some(b.sge(slot * SMALL, SMALL as u32)), Posted::Small(slot))
+            }
+            RecvBuf::InfoRsp(0) => (None, Posted::Empty),
+            RecvBuf::InfoRsp(_) | RecvBuf::InfoReq => {
+                let n = buf.len();
+                if self.big.as_ref().is_none_or(|b| b.mem.len() < n as usize) {
+                    // Control path: the info exchange, once per connection attempt.
+                    let b = Buf::new(pd, n as usize, "rtrs-info-rx")
+                        .map_err(|_| refused(PostErrorKind::QueueFull))?;
+                    if let Some(old) = self.big.replace(b) {
+                        self.retired.push(old);
+                    }
+                }
+                let b = self.big.as_ref().expect("made above");
+                (Some(b.sge(0, n)), Posted::Big(n))
+            }
+        };
+        let one;
+        let sgl: &[Sge] = match &sge {
+            Some(s) => {
+                one = [*s];
+                &one
+            }
+            None => &[],
+        };
+        self.qp.post_recv(&[RecvWr { wr_id, sgl }])?;
+        self.posted.push_back((wr_id, what));
+        Ok(())
+    }
+
+    /// Posts `chain` as one `post_send`.
+    pub(crate) fn post_send(
+        &mut self,
+        pd: &P::Pd,
+        chain: &[Wr<'_>],
+        mem: &impl LocalMem,
+    ) -> Result<(), PostError> {
+        let refuse = |index, kind| PostError { index, kind };
+        if chain.len() > MAX_CHAIN {
+            return Err(refuse(MAX_CHAIN, PostErrorKind::QueueFull));
+        }
+        // A SEND too long to go inline goes through the send buffer (the info exchange).
+        let mut big_send = None;
+        for (i, w) in chain.iter().enumerate() {
+            if let Wr::SendMsg { bytes, .. } = w
+                && bytes.len() > self.max_inline as usize
+            {
+                if big_send.is_some() {
+                    return Err(refuse(i, PostErrorKind::QueueFull));
+                }
+                if self.send.as_ref().is_none_or(|b| b.mem.len() < bytes.len()) {
+                    let b = Buf::new(pd, bytes.len(), "rtrs-info-tx")
+                        .map_err(|_| refuse(i, PostErrorKind::QueueFull))?;
+                    if let Some(old) = self.send.replace(b) {
+                        self.retired.push(old);
+                    }
+                }
+                let b = self.send.as_ref().expect("made above");
+                b.mem.copy_in(0, bytes);
+                big_send = Some(b.sge(0, bytes.len() as u32));
+            }
+        }
+        let mut sges = [[Sge::default(); 2]; MAX_CHAIN];
+        let mut nsge = [0usize; MAX_CHAIN];
+        for (i, w) in chain.iter().enumerate() {
+            match *w {
+                Wr::IoRequest {
+                    data, slot, iu_len, ..
+                } => {
+                    let iu = mem
+                        .iu_sge(slot, iu_len)
+                        .ok_or(refuse(i, PostErrorKind::MessageTooLong))?;
+                    match data {
+                        Some(d) if d.length > 0 => {
+                            sges[i] = [d, iu];
+                            nsge[i] = 2;
+                        }
+                        _ => {
+                            sges[i][0] = iu;
+                            nsge[i] = 1;
+                        }
+                    }
+                }
+                Wr::WriteChunk { chunk, len, .. } => {
+                    sges[i][0] = mem
+                        .chunk_sge(chunk, len)
+                        .ok_or(refuse(i, PostErrorKind::MessageTooLong))?;
+                    nsge[i] = 1;
+                }
+                Wr::SendMsg { bytes, .. } if bytes.len() > self.max_inline as usize => {
+                    sges[i][0] = big_send.expect("prepared above");
+                    nsge[i] = 1;
+                }
+                Wr::Register { .. }
+                | Wr::LocalInv { .. }
+                | Wr::SendInv { .. }
+                | Wr::RegChunk { .. } => {
+                    // Invalidation and per-IO registration: not in dp-fabric yet (see the
+                    // module doc); sessions that register once never post these.
+                    return Err(refuse(i, PostErrorKind::Unsupported));
+                }
+                _ => {}
+            }
+        }
+        let empty = SendWr {
+            wr_id: 0,
+            op: SendOp::Send,
+            payload: Payload::Sgl(&[]),
+            flags: SendFlags::NONE,
+        };
+        let mut wrs = [empty; MAX_CHAIN];
+        for (i, w) in chain.iter().enumerate() {
+            let flags = if w.signaled() {
+                SendFlags::SIGNALED
+            } else {
+                SendFlags::NONE
+            };
+            let sgl = Payload::Sgl(&sges[i][..nsge[i]]);
+            let (op, payload) = match w {
+                Wr::SendMsg { bytes, .. } => {
+                    if bytes.len() > self.max_inline as usize {
+                        (SendOp::Send, sgl)
+                    } else {
+                        (SendOp::Send, Payload::Inline(bytes))
+                    }
+                }
+                Wr::WriteImmEmpty { imm, .. } => (
+                    SendOp::WriteImm(RemoteAddr::default(), *imm),
+                    Payload::Sgl(&[]),
+                ),
+                Wr::IoRequest { remote, imm, .. } => (SendOp::WriteImm(*remote, *imm), sgl),
+                Wr::WriteChunk { remote, .. } => (SendOp::Write(*remote), sgl),
+                Wr::SendImmMsg { bytes, imm, .. } => {
+                    (SendOp::SendImm(*imm), Payload::Inline(bytes))
+                }
+                Wr::Register { .. }
+                | Wr::LocalInv { .. }
+                | Wr::SendInv { .. }
+                | Wr::RegChunk { .. } => unreachable!("refused above"),
+            };
+            wrs[i] = SendWr {
+                wr_id: w.wr_id(),
+                op,
+                payload,
+                flags,
+            };
+        }
+        self.qp.post_send(&wrs[..chain.len()])
+    }
+
+    /// Polls up to 32 completions into the connection's own array; returns how many.
+    pub(crate) fn poll(&mut self) -> usize {
+        self.cq.poll(&mut self.wcs)
+    }
+
+    /// Completion `i` of the last [`poll`](Self::poll) as the state machines read it, and
+    /// the bytes its receive caught copied into `out` (emptied first; room for them is
+    /// made once, on the control path, for the info exchange).
+    pub(crate) fn take(&mut self, i: usize, out: &mut Vec<u8>) -> Wc {
+        let c = self.wcs[i];
+        out.clear();
+        let wc = Wc::from_fabric(&c, None);
+        if !wc.is_recv() && c.status.is_ok() {
+            return wc;
+        }
+        if c.status.is_ok() || self.is_recv_flush(&c) {
+            let Some((_, what)) = self.posted.pop_front() else {
+                return wc;
+            };
+            if !c.status.is_ok() {
+                return wc;
+            }
+            let (buf, off, cap) = match what {
+                Posted::Empty => return wc,
+                Posted::Small(s) => (self.small.as_ref(), s * SMALL, SMALL as u32),
+                Posted::Big(n) => (self.big.as_ref(), 0, n),
+            };
+            let n = c.byte_len.min(cap) as usize;
+            if let Some(b) = buf {
+                out.resize(n, 0);
+                b.mem.copy_out(off, out);
+            }
+        }
+        wc
+    }
+
+    /// A failed completion is a receive's if it names a posted receive's id at the head of
+    /// the receive queue (failed completions carry no opcode to tell).
+    fn is_recv_flush(&self, c: &Completion) -> bool {
+        self.posted.front().is_some_and(|(id, _)| *id == c.wr_id)
+    }
+}

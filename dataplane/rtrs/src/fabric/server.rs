@@ -1,0 +1,585 @@
+//! The server's fabric driver: [`ServerDriver`] implements [`ServerIo`] over any provider
+//! and runs a [`Server`] with [`ServerDriver::poll`].
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use dp_fabric::{
+    Access, CmChannel, ConnId, ConnRequest, Device, ListenId, MemoryRegion, PostError,
+    PostErrorKind, PrivateData, ProtectionDomain, Provider, QpState, Sge,
+};
+use mempool::memory::{Region, RegionConfig};
+
+use super::client::DriverStats;
+use super::qp::{LocalMem, QpRes, errno_of};
+use crate::srv::{CmToken, Server, ServerIo, SessId};
+use crate::timer::Instant;
+use crate::wire::SgDesc;
+use crate::work::{CmEvent, Conn, OutOfBounds, PathId, QpSizes, RecvBuf, Wr};
+
+/// A session's chunks: `queue_depth` chunks of `chunk_size` bytes in one region, shared by
+/// every path of the session.
+struct SSess {
+    id: SessId,
+    mem: Arc<Region>,
+    chunk_size: u32,
+    queue_depth: u16,
+}
+
+/// A path's registrations of its session's chunks, in a protection domain of its own: a
+/// client's connections reach this session's chunks and nothing else.
+struct SPath<P: Provider> {
+    id: PathId,
+    pd: P::Pd,
+    /// Regions of `per` chunks each, in chunk order.
+    regions: Vec<P::Mr>,
+    per: u32,
+    chunk_size: u32,
+    conns: Vec<Option<QpRes<P>>>,
+}
+
+impl<P: Provider> LocalMem for SPath<P> {
+    fn iu_sge(&self, _slot: u16, _len: u32) -> Option<Sge> {
+        None
+    }
+
+    fn chunk_sge(&self, chunk: u16, len: u32) -> Option<Sge> {
+        if len > self.chunk_size {
+            return None;
+        }
+        let mr = self.regions.get((u32::from(chunk) / self.per) as usize)?;
+        let off = u64::from(u32::from(chunk) % self.per) * u64::from(self.chunk_size);
+        Some(Sge {
+            addr: mr.addr() + off,
+            length: len,
+            lkey: mr.lkey(),
+        })
+    }
+}
+
+/// Test kit (feature `testing`): how a hostile server lies, to show that a client pays
+/// for a lying server with that session only. Never in shipped code.
+#[cfg(feature = "testing")]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Tamper {
+    /// Rewrites the chunk table of every `info_rsp` as it is sent (after the server
+    /// checked its own table).
+    pub table: Option<fn(&mut Vec<SgDesc>)>,
+    /// Rewrites the immediate of every WRITE with immediate the server posts (IO
+    /// responses and heartbeats).
+    pub imm: Option<fn(u32) -> u32>,
+}
+
+/// The server's driver over provider `P` (see the module doc).
+pub struct ServerDriver<P: Provider> {
+    #[cfg(feature = "testing")]
+    tamper: Tamper,
+    dev: Arc<P::Device>,
+    cm: P::Cm,
+    listeners: Vec<ListenId>,
+    pending: Option<(CmToken, P::ConnRequest)>,
+    next_token: CmToken,
+    sessions: Vec<Option<SSess>>,
+    paths: Vec<Option<SPath<P>>>,
+    scratch: Vec<u8>,
+    stats: DriverStats,
+    turn: u32,
+}
+
+impl<P: Provider> core::fmt::Debug for ServerDriver<P> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ServerDriver")
+            .field("provider", &P::NAME)
+            .field("listeners", &self.listeners.len())
+            .field("sessions", &self.sessions.iter().flatten().count())
+            .field("paths", &self.paths.iter().flatten().count())
+            .finish()
+    }
+}
+
+/// What identifies a path's addresses for the server's duplicate check: the listener's
+/// address and port (one per path) and the client's address (not its port, which
+/// differs per connection).
+fn path_addr(local: SocketAddr, peer: SocketAddr) -> u128 {
+    let ip = |a: IpAddr| match a {
+        IpAddr::V4(v) => u128::from(u32::from(v)),
+        IpAddr::V6(v) => u128::from(v) as u64 as u128 ^ (u128::from(v) >> 64),
+    };
+    (ip(local.ip()) << 80) ^ (u128::from(local.port()) << 64) ^ ip(peer.ip())
+}
+
+impl<P: Provider> ServerDriver<P> {
+    /// A driver on `dev` listening on every address of `listen` (one per path the clients
+    /// use: over shm, distinct ports).
+    ///
+    /// # Errors
+    /// Creating the CM channel or a listener failed.
+    pub fn new(dev: Arc<P::Device>, listen: &[SocketAddr]) -> Result<Self, dp_fabric::FabricError> {
+        let mut cm = dev.create_cm_channel()?;
+        let mut listeners = Vec::with_capacity(listen.len());
+        for a in listen {
+            listeners.push(cm.listen(*a, 128)?);
+        }
+        Ok(Self {
+            #[cfg(feature = "testing")]
+            tamper: Tamper::default(),
+            dev,
+            cm,
+            listeners,
+            pending: None,
+            next_token: 1,
+            sessions: Vec::new(),
+            paths: Vec::new(),
+            scratch: Vec::with_capacity(512),
+            stats: DriverStats::default(),
+            turn: 0,
+        })
+    }
+
+    /// The addresses listened on (with the actual ports when 0 was asked).
+    pub fn listen_addrs(&self) -> Vec<SocketAddr> {
+        self.listeners
+            .iter()
+            .filter_map(|l| self.cm.listen_addr(*l))
+            .collect()
+    }
+
+    /// The driver's counters.
+    pub fn stats(&self) -> DriverStats {
+        self.stats
+    }
+
+    /// Test kit: makes this server lie as `t` says.
+    #[cfg(feature = "testing")]
+    pub fn set_tamper(&mut self, t: Tamper) {
+        self.tamper = t;
+    }
+
+    /// Writes `bytes` at `off` of chunk `chunk` of `sess`: how a handler puts a READ's
+    /// answer in place before `resp_rdma`.
+    ///
+    /// # Errors
+    /// [`OutOfBounds`] outside the chunk or for an unknown session.
+    pub fn write_chunk(
+        &mut self,
+        sess: SessId,
+        chunk: u16,
+        off: u32,
+        bytes: &[u8],
+    ) -> Result<(), OutOfBounds> {
+        let (s, at) = self.chunk_at(sess, chunk, off, bytes.len())?;
+        s.mem.copy_in(at, bytes);
+        Ok(())
+    }
+
+    fn chunk_at(
+        &self,
+        sess: SessId,
+        chunk: u16,
+        off: u32,
+        len: usize,
+    ) -> Result<(&SSess, usize), OutOfBounds> {
+        let s = self
+            .sessions
+            .get(usize::from(sess.idx))
+            .and_then(Option::as_ref)
+            .filter(|s| s.id == sess)
+            .ok_or(OutOfBounds)?;
+        let end = (off as usize).checked_add(len).ok_or(OutOfBounds)?;
+        if chunk >= s.queue_depth || end > s.chunk_size as usize {
+            return Err(OutOfBounds);
+        }
+        Ok((s, usize::from(chunk) * s.chunk_size as usize + off as usize))
+    }
+
+    /// Tears a path down from below (every connection disconnected through the CM), as a
+    /// failing link does. Returns the number of connections disconnected.
+    pub fn kill_path(&mut self, path: PathId) -> usize {
+        let Some(p) = self
+            .paths
+            .get(usize::from(path.idx))
+            .and_then(Option::as_ref)
+        else {
+            return 0;
+        };
+        if p.id != path {
+            return 0;
+        }
+        let ids: Vec<ConnId> = p.conns.iter().flatten().map(|q| q.conn_id).collect();
+        ids.iter()
+            .filter(|&&id| self.cm.disconnect(id).is_ok())
+            .count()
+    }
+
+    /// One turn of the loop of the crate doc for `srv`: connect requests and other
+    /// connection-manager events, completions, due timers. Returns the number of events
+    /// and completions handled. The caller then drains `srv.poll_event()` and answers.
+    pub fn poll(&mut self, now: Instant, srv: &mut Server) -> usize {
+        let mut work = 0;
+        for p in 0..self.paths.len() {
+            let cids = self.paths[p].as_ref().map_or(0, |x| x.conns.len());
+            for cid in 0..cids {
+                work += self.poll_conn(now, srv, p, cid);
+            }
+        }
+        // The control path (CM events, timers) every CTRL_EVERY turns under load, every
+        // turn when idle.
+        self.turn = self.turn.wrapping_add(1);
+        if work == 0 || self.turn.is_multiple_of(super::CTRL_EVERY) {
+            work += self.poll_cm(now, srv);
+            if srv.poll_timeout().is_some_and(|t| t <= now) {
+                srv.handle_timeout(now, self);
+            }
+        }
+        work
+    }
+
+    fn conn_of(&self, id: ConnId) -> Option<Conn> {
+        self.paths
+            .iter()
+            .flatten()
+            .flat_map(|p| p.conns.iter().flatten())
+            .find(|q| q.conn_id == id)
+            .map(|q| q.conn)
+    }
+
+    fn poll_cm(&mut self, now: Instant, srv: &mut Server) -> usize {
+        let mut work = 0;
+        while let Some(ev) = self.cm.poll_event() {
+            work += 1;
+            use dp_fabric::CmEvent as F;
+            let (id, kind) = match ev {
+                F::ConnectRequest { request, .. } => {
+                    let token = self.next_token;
+                    self.next_token += 1;
+                    let addr = path_addr(request.local_addr(), request.peer_addr());
+                    let data = PrivateData::new(request.private_data()).unwrap_or_default();
+                    self.pending = Some((token, request));
+                    self.stats.cm_events += 1;
+                    srv.handle_connect_request(now, token, addr, data.as_bytes(), self);
+                    if let Some((_, request)) = self.pending.take() {
+                        // The server answers every request; never leave a peer waiting.
+                        let _ = self.cm.reject(request, &[]);
+                    }
+                    continue;
+                }
+                F::Established { conn, .. } => (Some(conn), 0),
+                F::Rejected { conn, .. }
+                | F::Unreachable { conn, .. }
+                | F::Disconnected { conn } => (Some(conn), 1),
+                F::DeviceRemoval => (None, 2),
+            };
+            let conns: Vec<Conn> = match id {
+                Some(id) => self.conn_of(id).into_iter().collect(),
+                // Every path's first connection stands for the path.
+                None => self
+                    .paths
+                    .iter()
+                    .flatten()
+                    .filter_map(|p| p.conns.iter().flatten().next().map(|q| q.conn))
+                    .collect(),
+            };
+            if conns.is_empty() {
+                self.stats.stale_cm_events += 1;
+            }
+            for conn in conns {
+                let ev = match kind {
+                    0 => CmEvent::Established { private_data: &[] },
+                    1 => CmEvent::Disconnected,
+                    _ => CmEvent::DeviceRemoval,
+                };
+                self.stats.cm_events += 1;
+                srv.handle_cm(now, conn, ev, self);
+            }
+        }
+        work
+    }
+
+    fn poll_conn(&mut self, now: Instant, srv: &mut Server, p: usize, cid: usize) -> usize {
+        let Some(q) = self.qp_at(p, cid) else {
+            return 0;
+        };
+        let n = q.poll();
+        let conn = q.conn;
+        let mut out = core::mem::take(&mut self.scratch);
+        for i in 0..n {
+            let Some(q) = self.qp_at(p, cid).filter(|q| q.conn == conn) else {
+                // The state machine closed the connection while handling the batch: the
+                // rest belongs to a connection it no longer has.
+                break;
+            };
+            let wc = q.take(i, &mut out);
+            self.stats.completions += 1;
+            srv.handle_completion(now, conn, &wc, &out, self);
+        }
+        self.scratch = out;
+        n
+    }
+
+    fn qp_at(&mut self, p: usize, cid: usize) -> Option<&mut QpRes<P>> {
+        self.paths
+            .get_mut(p)?
+            .as_mut()?
+            .conns
+            .get_mut(cid)?
+            .as_mut()
+    }
+
+    fn spath(&mut self, id: PathId) -> Option<&mut SPath<P>> {
+        self.paths
+            .get_mut(usize::from(id.idx))?
+            .as_mut()
+            .filter(|p| p.id == id)
+    }
+}
+
+fn gone() -> PostError {
+    PostError {
+        index: 0,
+        kind: PostErrorKind::BadState(QpState::Error),
+    }
+}
+
+impl<P: Provider> ServerIo for ServerDriver<P> {
+    fn accept(
+        &mut self,
+        req: CmToken,
+        conn: Conn,
+        sizes: QpSizes,
+        private_data: &[u8; 56],
+    ) -> Result<(), i32> {
+        let request = match self.pending.take() {
+            Some((t, r)) if t == req => r,
+            other => {
+                self.pending = other;
+                return Err(-libc::EINVAL);
+            }
+        };
+        let dev = Arc::clone(&self.dev);
+        let cm = &mut self.cm;
+        let Some(p) = self
+            .paths
+            .get_mut(usize::from(conn.path.idx))
+            .and_then(Option::as_mut)
+            .filter(|p| p.id == conn.path)
+        else {
+            let _ = cm.reject(request, private_data);
+            return Err(-libc::ENOENT);
+        };
+        let q = QpRes::accept(&*dev, &p.pd, cm, request, conn, sizes, private_data)?;
+        let cid = usize::from(conn.cid);
+        if p.conns.len() <= cid {
+            p.conns.resize_with(cid + 1, || None);
+        }
+        p.conns[cid] = Some(q);
+        Ok(())
+    }
+
+    fn reject(&mut self, req: CmToken, private_data: &[u8; 56]) {
+        match self.pending.take() {
+            Some((t, r)) if t == req => {
+                let _ = self.cm.reject(r, private_data);
+            }
+            other => self.pending = other,
+        }
+    }
+
+    fn close_path(&mut self, path: PathId) {
+        let Some(slot) = self.paths.get_mut(usize::from(path.idx)) else {
+            return;
+        };
+        if slot.as_ref().is_none_or(|p| p.id != path) {
+            return;
+        }
+        let p = slot.take().expect("checked");
+        for q in p.conns.iter().flatten() {
+            let _ = self.cm.disconnect(q.conn_id);
+        }
+        // Queue pairs, then registrations, then the protection domain (field order).
+        let SPath {
+            conns, regions, pd, ..
+        } = p;
+        drop(conns);
+        drop(regions);
+        drop(pd);
+    }
+
+    fn post_send(&mut self, conn: Conn, chain: &[Wr<'_>]) -> Result<(), PostError> {
+        #[cfg(feature = "testing")]
+        let mut lied = [Wr::LocalInv { wr_id: 0, key: 0 }; super::MAX_CHAIN];
+        #[cfg(feature = "testing")]
+        let mut info = Vec::new();
+        #[cfg(feature = "testing")]
+        let chain = if chain.len() <= lied.len()
+            && (self.tamper.imm.is_some() || self.tamper.table.is_some())
+        {
+            for (d, w) in lied.iter_mut().zip(chain) {
+                *d = *w;
+            }
+            for w in lied.iter_mut().take(chain.len()) {
+                match w {
+                    Wr::WriteImmEmpty { imm, .. } if self.tamper.imm.is_some() => {
+                        *imm = (self.tamper.imm.expect("checked"))(*imm);
+                    }
+                    Wr::SendMsg { bytes, .. } if self.tamper.table.is_some() => {
+                        if let Ok(rsp) = crate::wire::InfoRsp::new_checked(*bytes)
+                            && rsp.msg_type() == crate::wire::MsgType::InfoRsp
+                        {
+                            let mut descs: Vec<SgDesc> = rsp.descs().collect();
+                            (self.tamper.table.expect("checked"))(&mut descs);
+                            info = vec![0; crate::wire::InfoRsp::<&[u8]>::len_for(descs.len())];
+                            crate::wire::InfoRsp::new_unchecked(&mut info[..]).emit(&descs);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if !info.is_empty() {
+                for w in lied.iter_mut().take(chain.len()) {
+                    if let Wr::SendMsg { bytes, .. } = w {
+                        *bytes = &info;
+                    }
+                }
+            }
+            &lied[..chain.len()]
+        } else {
+            chain
+        };
+        let p = self.spath(conn.path).ok_or_else(gone)?;
+        let mut q = p
+            .conns
+            .get_mut(usize::from(conn.cid))
+            .and_then(Option::take)
+            .ok_or_else(gone)?;
+        let r = if q.conn == conn {
+            q.post_send(&p.pd, chain, p)
+        } else {
+            Err(gone())
+        };
+        p.conns[usize::from(conn.cid)] = Some(q);
+        r
+    }
+
+    fn post_recv(&mut self, conn: Conn, wr_id: u64, buf: RecvBuf) -> Result<(), PostError> {
+        let p = self.spath(conn.path).ok_or_else(gone)?;
+        let q = p
+            .conns
+            .get_mut(usize::from(conn.cid))
+            .and_then(Option::as_mut)
+            .filter(|q| q.conn == conn)
+            .ok_or_else(gone)?;
+        q.post_recv(&p.pd, wr_id, buf)
+    }
+
+    fn create_session(
+        &mut self,
+        sess: SessId,
+        queue_depth: u16,
+        chunk_size: u32,
+    ) -> Result<(), i32> {
+        let len = usize::from(queue_depth) * chunk_size as usize;
+        let mem = Region::new(
+            &RegionConfig::new("rtrs-chunks", len)
+                .shareable(true)
+                .quiet(),
+        )
+        .map_err(|_| -libc::ENOMEM)?;
+        let i = usize::from(sess.idx);
+        if self.sessions.len() <= i {
+            self.sessions.resize_with(i + 1, || None);
+        }
+        self.sessions[i] = Some(SSess {
+            id: sess,
+            mem: Arc::new(mem),
+            chunk_size,
+            queue_depth,
+        });
+        Ok(())
+    }
+
+    fn free_session(&mut self, sess: SessId) {
+        if let Some(s) = self.sessions.get_mut(usize::from(sess.idx))
+            && s.as_ref().is_some_and(|s| s.id == sess)
+        {
+            *s = None;
+        }
+    }
+
+    fn map_chunks(
+        &mut self,
+        sess: SessId,
+        path: PathId,
+        per_chunk: bool,
+        table: &mut Vec<SgDesc>,
+    ) -> Result<(), i32> {
+        if per_chunk {
+            // always_invalidate needs LOCAL_INV and re-registration, which dp-fabric does
+            // not offer yet: run the server with `always_invalidate = false`.
+            return Err(-libc::EOPNOTSUPP);
+        }
+        let s = self
+            .sessions
+            .get(usize::from(sess.idx))
+            .and_then(Option::as_ref)
+            .filter(|s| s.id == sess)
+            .ok_or(-libc::ENOENT)?;
+        let qd = u32::from(s.queue_depth);
+        let cs = s.chunk_size;
+        // As few regions as fit the 32-bit length of a table entry, their count dividing
+        // the queue depth.
+        let mut n = 1u32;
+        while u64::from(qd / n) * u64::from(cs) > u64::from(u32::MAX) {
+            if !qd.is_multiple_of(n * 2) {
+                return Err(-libc::ENOMEM);
+            }
+            n *= 2;
+        }
+        let per = qd / n;
+        let len = per as usize * cs as usize;
+        let pd = self.dev.alloc_pd().map_err(|e| errno_of(&e))?;
+        let mut regions = Vec::with_capacity(n as usize);
+        table.clear();
+        for r in 0..n as usize {
+            let mr = pd
+                .reg_region(
+                    &s.mem,
+                    r * len,
+                    len,
+                    Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+                )
+                .map_err(|e| errno_of(&e))?;
+            table.push(SgDesc {
+                addr: mr.addr(),
+                key: mr.rkey(),
+                len: len as u32,
+            });
+            regions.push(mr);
+        }
+
+        let i = usize::from(path.idx);
+        if self.paths.len() <= i {
+            self.paths.resize_with(i + 1, || None);
+        }
+        self.paths[i] = Some(SPath {
+            id: path,
+            pd,
+            regions,
+            per,
+            chunk_size: cs,
+            conns: Vec::new(),
+        });
+        Ok(())
+    }
+
+    fn read_chunk(
+        &mut self,
+        sess: SessId,
+        chunk: u16,
+        off: u32,
+        out: &mut [u8],
+    ) -> Result<(), OutOfBounds> {
+        let (s, at) = self.chunk_at(sess, chunk, off, out.len())?;
+        s.mem.copy_out(at, out);
+        Ok(())
+    }
+}

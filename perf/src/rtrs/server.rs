@@ -1,0 +1,152 @@
+//! The server side of `dp-perf rtrs`: an RTRS server whose handler is a RAM disk. READs are
+//! answered from its memory (the block is copied into the request's chunk, which the
+//! server then RDMA-writes to the client), WRITEs copied from the chunk into it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dataplane::fabric::Provider;
+use dataplane::rtrs::fabric::ServerDriver;
+use dataplane::rtrs::srv::{Server, ServerConfig, ServerEvent, ServerIo, SrvLinkEv};
+use dataplane::rtrs::wire::{DEFAULT_MAX_HDR_SIZE, MIN_CHUNK_SIZE};
+use dataplane::rtrs::work::Dir;
+use lcore::time::{Clock, RealClock};
+
+use super::msg::{BYE, USR_LEN};
+use super::poll::Idle;
+use crate::PerfError;
+
+/// Blocks of the RAM disk (the block a request names is taken modulo this).
+pub(super) const DISK_BLOCKS: u64 = 1024;
+
+/// The chunk size for `bs`-byte requests: room for the data and the header, a power of two
+/// of at least 8 KiB.
+pub(super) fn chunk_size(bs: u32) -> u32 {
+    (bs + DEFAULT_MAX_HDR_SIZE)
+        .next_power_of_two()
+        .max(MIN_CHUNK_SIZE)
+}
+
+/// What the server did.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Served {
+    /// READ requests answered.
+    pub reads: u64,
+    /// WRITE requests stored.
+    pub writes: u64,
+    /// Requests refused (a malformed user message).
+    pub refused: u64,
+}
+
+/// Serves one client session on `addrs` (one listener per path) until the client says bye
+/// and its session is gone.
+pub(super) fn serve<P: Provider>(
+    dev: Arc<P::Device>,
+    addrs: &[SocketAddr],
+    queue_depth: u16,
+    bs: u32,
+    busy: bool,
+) -> Result<Served, PerfError> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| PerfError::Fabric(format!("{what}: {e}"));
+    let clock = RealClock::new();
+    let mut drv = ServerDriver::<P>::new(dev, addrs).map_err(|e| fail("listening", &e))?;
+    let mut srv = Server::new(ServerConfig {
+        queue_depth,
+        chunk_size: chunk_size(bs),
+        always_invalidate: false,
+        ..ServerConfig::default()
+    })
+    .map_err(|e| PerfError::Usage(format!("server configuration: {e}")))?;
+    let block = bs as usize;
+    let mut disk = vec![0u8; DISK_BLOCKS as usize * block];
+    for (i, b) in disk.iter_mut().enumerate() {
+        *b = (i as u64).wrapping_mul(0x9E37_79B9) as u8;
+    }
+    let mut served = Served::default();
+    let mut usr = [0u8; USR_LEN];
+    let mut bye = false;
+    let mut idle = Idle::new(busy);
+    let start = std::time::Instant::now();
+    let mut connected = false;
+    let mut lost: Option<std::time::Instant> = None;
+    loop {
+        let now = clock.now();
+        let mut work = drv.poll(now, &mut srv);
+        while let Some(ev) = srv.poll_event() {
+            work += 1;
+            match ev {
+                ServerEvent::Request {
+                    op,
+                    sess,
+                    chunk,
+                    dir,
+                    data_len,
+                    usr_len,
+                    read_len,
+                } => {
+                    let mut status = 0;
+                    if usize::from(usr_len) != USR_LEN
+                        || drv.read_chunk(sess, chunk, data_len, &mut usr).is_err()
+                    {
+                        served.refused += 1;
+                        status = -libc::EINVAL;
+                    } else if usr[8..] == BYE {
+                        bye = true;
+                    } else {
+                        let b = u64::from_le_bytes(usr[..8].try_into().expect("8 bytes"));
+                        let at = (b % DISK_BLOCKS) as usize * block;
+                        match dir {
+                            Dir::Read => {
+                                let n = (read_len as usize).min(block);
+                                if drv.write_chunk(sess, chunk, 0, &disk[at..at + n]).is_err() {
+                                    status = -libc::EINVAL;
+                                }
+                                served.reads += 1;
+                            }
+                            Dir::Write => {
+                                let n = (data_len as usize).min(block);
+                                if drv
+                                    .read_chunk(sess, chunk, 0, &mut disk[at..at + n])
+                                    .is_err()
+                                {
+                                    status = -libc::EINVAL;
+                                }
+                                served.writes += 1;
+                            }
+                        }
+                    }
+                    let _ = srv.resp_rdma(now, op, status, &mut drv);
+                }
+                ServerEvent::Link {
+                    ev: SrvLinkEv::Connected,
+                    ..
+                } => {
+                    connected = true;
+                    lost = None;
+                }
+                ServerEvent::Link {
+                    ev: SrvLinkEv::Disconnected,
+                    ..
+                } if bye => return Ok(served),
+                ServerEvent::Link {
+                    ev: SrvLinkEv::Disconnected,
+                    ..
+                } => lost = Some(std::time::Instant::now()),
+                _ => {}
+            }
+        }
+        if !connected && start.elapsed() > Duration::from_secs(60) {
+            return Err(PerfError::Fabric(
+                "no RTRS client connected within 60 s".into(),
+            ));
+        }
+        if lost.is_some_and(|t| t.elapsed() > Duration::from_secs(30)) {
+            return Err(PerfError::Fabric(
+                "the RTRS client went away without saying bye, and did not come back within 30 s"
+                    .into(),
+            ));
+        }
+        idle.after(work);
+    }
+}
