@@ -236,6 +236,11 @@ impl<B> Exports<B> {
     pub fn iter(&self) -> impl Iterator<Item = (&PathBuf, &Device<B>)> {
         self.devices.iter()
     }
+
+    /// Every device, mutably (to poll their backends).
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&PathBuf, &mut Device<B>)> {
+        self.devices.iter_mut()
+    }
 }
 
 #[cfg(test)]

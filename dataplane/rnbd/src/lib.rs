@@ -16,7 +16,7 @@
 //! * [`server`]: one server session, sans-IO: requests in, answers (at once, or when the
 //!   backend completes) out.
 //!
-//! The RTRS binding and the client block API build on these.
+//! * [`rtrs`]: both sessions on RTRS over a fabric provider, driven from an lcore.
 //!
 //! Unsafe code is allowed only in [`backend`] (memory and io_uring submissions) and
 //! [`server`] (the RTRS chunk a request arrived in, as a raw pointer and length); every
@@ -26,6 +26,7 @@
 pub mod backend;
 pub mod client;
 pub mod export;
+pub mod rtrs;
 #[allow(unsafe_code)]
 pub mod server;
 pub mod wire;

@@ -17,22 +17,32 @@
 //! Each job is one thread pinned to a CPU of `--cpus` that busy-polls its completions, as
 //! an SPDK or fio `hipri` job does: two jobs fill this machine.
 
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use clap::Args;
 
 use crate::PerfError;
 use crate::common::Common;
-use crate::harness::run_on;
+#[cfg(feature = "verbs")]
+use crate::harness::verbs_pair_ip;
+use crate::harness::{
+    Peer, ProviderKind, SHM_PAIR_IP, Server, open_err, open_verbs, run_on, shm_dir, start_role,
+};
+use dataplane::fabric::Provider;
+use dataplane::fabric::shm::{Shm, ShmConfig, ShmDevice};
 
 pub mod engine;
 mod local;
+pub mod remote;
 pub mod report;
 pub mod spec;
 pub mod verify;
 
 use engine::{JobSpec, Target};
 use local::LocalTarget;
+use remote::{BackendKind, RemoteTarget, ServePlan};
 pub use report::BlkReport;
 use spec::{RwMode, parse_size};
 
@@ -72,6 +82,46 @@ pub struct BlkArgs {
     /// The job's name in the output [default: the --rw pattern].
     #[arg(long)]
     pub name: Option<String>,
+    /// Serve an RNBD device (--backend) over RTRS instead of running jobs.
+    #[arg(long, conflicts_with_all = ["client", "pair", "filename"])]
+    pub server: bool,
+    /// Load the RNBD device of the server at ADDR (`ip` or `ip:port`) over RTRS.
+    #[arg(long, value_name = "ADDR", conflicts_with = "filename")]
+    pub client: Option<String>,
+    /// Run an RNBD server here too (a child process on the second --cpus CPU) and load its
+    /// device over RTRS over --provider.
+    #[arg(long, conflicts_with_all = ["client", "filename"])]
+    pub pair: bool,
+    /// The server's device: null (the transport alone) or mem (a RAM disk, for --verify).
+    #[arg(long, value_enum, default_value_t = BackendKind::Null)]
+    pub backend: BackendKind,
+    /// Size of the server's device.
+    #[arg(long, default_value = "1g", value_parser = parse_size)]
+    pub dev_size: u64,
+    /// RTRS paths (connection sets to --port, --port + 1, ...).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
+    pub paths: u16,
+    /// The server spins when idle instead of napping (dedicated cores).
+    #[arg(long)]
+    pub busy_poll: bool,
+    /// The first path's port.
+    #[arg(short = 'p', long, default_value_t = 18700)]
+    pub port: u16,
+    /// Address the server listens on.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind: IpAddr,
+    /// Fabric provider.
+    #[arg(long, value_enum, default_value_t = ProviderKind::Shm)]
+    pub provider: ProviderKind,
+    /// shm rendezvous directory (default: the provider's; --pair makes a private one).
+    #[arg(long, value_name = "DIR")]
+    pub shm_dir: Option<PathBuf>,
+    /// verbs device name (default: the first).
+    #[arg(short = 'd', long, value_name = "NAME")]
+    pub device: Option<String>,
+    /// Pin this process to CPU N (used by --pair for the server child).
+    #[arg(long, value_name = "N", hide = true)]
+    pub pin: Option<usize>,
 }
 
 /// `5`, `5s`, `500ms`, `2m` in nanoseconds.
@@ -174,9 +224,14 @@ impl BlkArgs {
     /// cannot be opened, [`PerfError::Verify`] when `--verify` found bad data or IOs failed.
     pub fn run(&self, common: &Common) -> Result<BlkReport, PerfError> {
         let bs = self.check()?;
+        if self.server || self.pair || self.client.is_some() {
+            return self.run_remote(common, bs);
+        }
         let Some(path) = self.filename.clone() else {
             return Err(PerfError::Usage(
-                "say what to load: --filename PATH (a file or block device)".into(),
+                "say what to load: --filename PATH (a file or block device), or an RNBD \
+                 device over RTRS with --pair or --client ADDR"
+                    .into(),
             ));
         };
         let direct = self.direct == 1;
@@ -208,6 +263,148 @@ impl BlkArgs {
             jobs: results,
             target: format!("file {}", path.display()),
         };
+        report.check()?;
+        Ok(report)
+    }
+}
+
+impl BlkArgs {
+    /// `--server`, `--pair`, `--client`: RNBD over RTRS over a fabric provider.
+    fn run_remote(&self, common: &Common, bs: u32) -> Result<BlkReport, PerfError> {
+        start_role(self.server, self.client.as_deref(), self.pair, self.pin)?;
+        if self.verify && self.backend == BackendKind::Null {
+            return Err(PerfError::Usage(
+                "--verify needs a device that keeps data: add --backend mem (the null \
+                 device completes IOs without storing anything)"
+                    .into(),
+            ));
+        }
+        if !self.server && self.numjobs != 1 {
+            return Err(PerfError::Usage(
+                "--numjobs must be 1 for a remote device (one RNBD session per run)".into(),
+            ));
+        }
+        match self.provider {
+            ProviderKind::Shm => {
+                let dir = shm_dir(self.shm_dir.as_ref(), self.pair, "dp-blk");
+                let dev = ShmDevice::open(ShmConfig {
+                    dir: dir.clone(),
+                    ..ShmConfig::default()
+                })
+                .map_err(open_err)?;
+                self.remote_on::<Shm>(Arc::new(dev), common, bs, SHM_PAIR_IP, dir.as_ref())
+            }
+            #[cfg(feature = "verbs")]
+            ProviderKind::Verbs => {
+                let dev = open_verbs(self.device.as_deref())?;
+                let ip = if self.pair {
+                    verbs_pair_ip(&dev)?
+                } else {
+                    self.bind
+                };
+                self.remote_on::<dataplane::fabric::verbs::Verbs>(
+                    Arc::new(dev),
+                    common,
+                    bs,
+                    ip,
+                    None,
+                )
+            }
+            #[cfg(not(feature = "verbs"))]
+            ProviderKind::Verbs => match open_verbs(self.device.as_deref())? {},
+        }
+    }
+
+    fn addrs(&self, first: SocketAddr) -> Result<Vec<SocketAddr>, PerfError> {
+        (0..self.paths)
+            .map(|k| {
+                first
+                    .port()
+                    .checked_add(k)
+                    .map(|p| SocketAddr::new(first.ip(), p))
+                    .ok_or_else(|| PerfError::Usage("--port + --paths passes 65535".into()))
+            })
+            .collect()
+    }
+
+    fn remote_on<P: Provider>(
+        &self,
+        dev: Arc<P::Device>,
+        common: &Common,
+        bs: u32,
+        pair_ip: IpAddr,
+        dir: Option<&PathBuf>,
+    ) -> Result<BlkReport, PerfError> {
+        // Permits for the IOs, plus one for the admin messages.
+        let queue_depth = u16::try_from(self.iodepth + 1)
+            .map_err(|_| PerfError::Usage("--iodepth must be below 65535".into()))?;
+        if self.server {
+            remote::serve::<P>(
+                dev,
+                &ServePlan {
+                    addrs: self.addrs(SocketAddr::new(self.bind, self.port))?,
+                    backend: self.backend,
+                    dev_bytes: self.dev_size,
+                    bs,
+                    queue_depth,
+                    busy: self.busy_poll,
+                },
+            )?;
+            return Ok(BlkReport {
+                jobs: Vec::new(),
+                target: "server".into(),
+            });
+        }
+        let mut extra: Vec<std::ffi::OsString> = [
+            "--paths".to_string(),
+            self.paths.to_string(),
+            "--bs".into(),
+            bs.to_string(),
+            "--iodepth".into(),
+            self.iodepth.to_string(),
+            "--backend".into(),
+            self.backend.dev_name().trim_end_matches('0').into(),
+            "--dev-size".into(),
+            self.dev_size.to_string(),
+        ]
+        .into_iter()
+        .map(Into::into)
+        .collect();
+        if self.busy_poll {
+            extra.push("--busy-poll".into());
+        }
+        let pair = self.pair.then(|| Server {
+            command: "blk",
+            ip: pair_ip,
+            port: self.port,
+            provider: self.provider,
+            shm_dir: dir.map(PathBuf::as_path),
+            device: self.device.as_deref(),
+            extra,
+        });
+        let peer = Peer::start(pair, self.client.as_deref(), self.port, common.cpus)?;
+        let first = peer.addr;
+        let result = (|| {
+            let addrs = self.addrs(first)?;
+            let name = self.backend.dev_name();
+            let mut t = RemoteTarget::<P>::connect(dev, &addrs, name, bs, self.iodepth)?;
+            let jobs = self.jobs(bs, t.geometry().bytes, common.quick)?;
+            let mut results = Vec::new();
+            for spec in &jobs {
+                results.push(engine::run(spec, &mut t).map_err(PerfError::Fabric)?);
+            }
+            t.close();
+            Ok(BlkReport {
+                jobs: results,
+                target: format!(
+                    "rnbd {name} ({:?} backend) over rtrs over {}, {} path(s)",
+                    self.backend,
+                    P::NAME,
+                    self.paths
+                ),
+            })
+        })();
+        let report = peer.finish(result)?;
         report.check()?;
         Ok(report)
     }

@@ -191,6 +191,24 @@ pub enum BlkError {
     TooManyDevices,
 }
 
+impl BlkError {
+    /// The errno a block layer would complete the IO with.
+    pub const fn errno(self) -> i32 {
+        match self {
+            Self::NoDevice => libc::ENODEV,
+            Self::NotMapped(_) | Self::NoPath => libc::ENOTCONN,
+            Self::NotReady => libc::EAGAIN,
+            Self::Unaligned | Self::BadName => libc::EINVAL,
+            Self::OutOfRange => libc::ERANGE,
+            Self::TooLarge => libc::E2BIG,
+            Self::Unsupported => libc::EOPNOTSUPP,
+            Self::ReadOnly => libc::EROFS,
+            Self::Busy => libc::EBUSY,
+            Self::TooManyDevices => libc::EMFILE,
+        }
+    }
+}
+
 impl From<SubmitError> for BlkError {
     fn from(e: SubmitError) -> Self {
         match e {

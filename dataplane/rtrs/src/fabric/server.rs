@@ -172,6 +172,23 @@ impl<P: Provider> ServerDriver<P> {
         Ok(())
     }
 
+    /// Chunk `chunk` of `sess` as registered memory: the region, the chunk's offset in it
+    /// and its length. For a handler whose backend reads or writes the chunk in place (zero
+    /// copy): holding the `Arc` keeps the memory mapped even if the session closes before
+    /// the backend finishes. The client may write the chunk at any time (it is remotely
+    /// writable), so it is raw memory, never to be turned into a Rust reference.
+    ///
+    /// # Errors
+    /// [`OutOfBounds`] for an unknown session or a chunk past its queue depth.
+    pub fn chunk_mem(
+        &self,
+        sess: SessId,
+        chunk: u16,
+    ) -> Result<(Arc<Region>, usize, usize), OutOfBounds> {
+        let (s, at) = self.chunk_at(sess, chunk, 0, 0)?;
+        Ok((Arc::clone(&s.mem), at, s.chunk_size as usize))
+    }
+
     fn chunk_at(
         &self,
         sess: SessId,
