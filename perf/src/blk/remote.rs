@@ -79,7 +79,7 @@ fn chunk_size(bs: u32) -> u32 {
 /// Serves the device until a client has come and every session is gone again.
 ///
 /// # Errors
-/// Listening, making the device, or no client within [`PATIENCE`].
+/// Listening, making the device, or no client within 30 s.
 pub fn serve<P: Provider>(dev: Arc<P::Device>, plan: &ServePlan) -> Result<(), PerfError> {
     let depth = usize::from(plan.queue_depth);
     let mut exports = Exports::new(SearchPath::default());
