@@ -140,12 +140,15 @@
 pub mod addr;
 pub mod engine;
 pub mod error;
+pub mod fabric;
+pub mod node;
 pub mod path;
 pub mod rng;
 #[cfg(feature = "testing")]
 pub mod sim;
 pub mod stats;
 pub mod store;
+pub mod transport;
 pub mod uapi;
 pub mod wire;
 
