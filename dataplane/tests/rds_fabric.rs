@@ -127,7 +127,11 @@ fn connect_request_carries_rds_ib_private_data_as_the_kernel_sends_it() {
         "request private data {p:02x?}"
     );
     assert_eq!(&p[12..16], &[0, 0, 0, 0], "tos and reserved");
-    assert_eq!(u64::from_be_bytes(p[16..24].try_into().unwrap()), 0, "ack_seq");
+    assert_eq!(
+        u64::from_be_bytes(p[16..24].try_into().unwrap()),
+        0,
+        "ack_seq"
+    );
     let credit = u32::from_be_bytes(p[24..28].try_into().unwrap());
     assert_eq!(
         credit,
@@ -151,17 +155,27 @@ fn messages_of_every_size_both_ways_arrive_intact_and_in_order() {
     let mut buf = vec![0u8; 1 << 20];
     for (k, &len) in sizes.iter().enumerate() {
         let msg = pattern(k as u64, len);
-        assert_eq!(a.send_to(sa, ba, &msg, Some(Duration::from_secs(20))), Ok(len));
+        assert_eq!(
+            a.send_to(sa, ba, &msg, Some(Duration::from_secs(20))),
+            Ok(len)
+        );
         let (n, from) = recv(&b, sb, &mut buf);
         assert_eq!((n, from), (len, aa), "message {k}");
-        assert!(buf[..n] == msg[..], "payload of the {len}-byte message differs");
+        assert!(
+            buf[..n] == msg[..],
+            "payload of the {len}-byte message differs"
+        );
         // And back.
-        assert_eq!(b.send_to(sb, aa, &msg, Some(Duration::from_secs(20))), Ok(len));
+        assert_eq!(
+            b.send_to(sb, aa, &msg, Some(Duration::from_secs(20))),
+            Ok(len)
+        );
         let (n, from) = recv(&a, sa, &mut buf);
         assert_eq!((n, from), (len, ba));
         assert!(buf[..n] == msg[..]);
     }
-    let resets = a.with(|n, _| n.engine().stats().conn_reset) + b.with(|n, _| n.engine().stats().conn_reset);
+    let resets =
+        a.with(|n, _| n.engine().stats().conn_reset) + b.with(|n, _| n.engine().stats().conn_reset);
     assert_eq!(resets, 0, "no connection was reset");
     a.stop();
     b.stop();
@@ -278,7 +292,10 @@ fn a_stalled_receiver_stops_senders_with_enobufs_and_drops_nothing() {
             Err(e) => panic!("send: {e}"),
         }
     }
-    assert!(congested >= 100, "the sender was never told ENOBUFS ({sent} sent)");
+    assert!(
+        congested >= 100,
+        "the sender was never told ENOBUFS ({sent} sent)"
+    );
     assert_eq!(RdsError::Congested { port: 4001 }.errno(), libc::ENOBUFS);
     // Stalled for a while longer: still nothing dropped anywhere.
     std::thread::sleep(Duration::from_millis(300));
@@ -291,7 +308,10 @@ fn a_stalled_receiver_stops_senders_with_enobufs_and_drops_nothing() {
     }
     for seq in sent..sent + 100 {
         let msg = pattern(seq, 1000);
-        assert_eq!(a.send_to(sa, ba, &msg, Some(Duration::from_secs(20))), Ok(1000));
+        assert_eq!(
+            a.send_to(sa, ba, &msg, Some(Duration::from_secs(20))),
+            Ok(1000)
+        );
         let (_, _) = recv(&b, sb, &mut buf);
         assert_eq!(u64::from_le_bytes(buf[..8].try_into().unwrap()), seq);
     }
@@ -312,7 +332,10 @@ fn a_hostile_peer_costs_only_its_own_connection() {
     let sb = sock(&b, ba);
     let mut buf = vec![0u8; 4096];
     // The honest connection is up.
-    assert_eq!(a.send_to(sa, ba, b"first", Some(Duration::from_secs(20))), Ok(5));
+    assert_eq!(
+        a.send_to(sa, ba, b"first", Some(Duration::from_secs(20))),
+        Ok(5)
+    );
     assert_eq!(recv(&b, sb, &mut buf).0, 5);
     // A hostile peer claims 10.78.0.9 and connects to b with valid private data, then
     // sends garbage: a header whose h_len is 2 MiB, then random frames.
@@ -343,7 +366,9 @@ fn a_hostile_peer_costs_only_its_own_connection() {
     let (_conn, mut qp) = cm
         .connect(SocketAddr::new(ip(2), 18634), &init, &pb[..pn])
         .unwrap();
-    let ev = cm.wait_event(Some(Duration::from_secs(10))).expect("an answer");
+    let ev = cm
+        .wait_event(Some(Duration::from_secs(10)))
+        .expect("an answer");
     assert!(
         matches!(ev, CmEvent::Established { .. }),
         "the hostile peer's valid request was accepted: {ev:?}"
@@ -359,7 +384,9 @@ fn a_hostile_peer_costs_only_its_own_connection() {
     )])
     .unwrap();
     // b resets that connection: the hostile peer sees it go.
-    let ev = cm.wait_event(Some(Duration::from_secs(10))).expect("a disconnect");
+    let ev = cm
+        .wait_event(Some(Duration::from_secs(10)))
+        .expect("a disconnect");
     assert!(matches!(ev, CmEvent::Disconnected { .. }), "got {ev:?}");
     let violations = b.with(|n, _| n.engine().stats().clone());
     assert!(
@@ -369,11 +396,18 @@ fn a_hostile_peer_costs_only_its_own_connection() {
     // The honest connection never noticed.
     for seq in 0..1000u64 {
         let msg = pattern(seq, 64);
-        assert_eq!(a.send_to(sa, ba, &msg, Some(Duration::from_secs(20))), Ok(64));
+        assert_eq!(
+            a.send_to(sa, ba, &msg, Some(Duration::from_secs(20))),
+            Ok(64)
+        );
         let (n, _) = recv(&b, sb, &mut buf);
         assert!(buf[..n] == msg[..]);
     }
-    assert_eq!(a.with(|n, _| n.engine().stats().conn_reset), 0, "a's path was never reset");
+    assert_eq!(
+        a.with(|n, _| n.engine().stats().conn_reset),
+        0,
+        "a's path was never reset"
+    );
     a.stop();
     b.stop();
     let _ = std::fs::remove_dir_all(d);

@@ -12,6 +12,7 @@
 //! | `dp-perf limit` | [`limit`] | the host: cache-line hand-off, memcpy |
 //! | `dp-perf write-lat`, `write-bw`, `send-lat`, `send-bw`, `read-lat`, `read-bw` | [`fabric`] | perftest (`ib_write_lat`, ...) |
 //! | `dp-perf rstream` | [`rstream`] | librdmacm's `rstream`, kernel TCP |
+//! | `dp-perf rds-stress`, `rds-ping` | [`rds`] | rds-tools' `rds-stress`, `rds-ping` |
 //! | `dp-perf plot` | [`figures`] | draws `--plot FILE.json` data of several runs in one chart |
 //!
 //! # Rules every measurement follows
@@ -40,6 +41,7 @@ pub mod harness;
 pub mod lcore_perf;
 pub mod limit;
 pub mod pool_perf;
+pub mod rds;
 mod report;
 pub mod ring_perf;
 pub mod rstream;

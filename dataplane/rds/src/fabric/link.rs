@@ -62,12 +62,11 @@ impl<P: Provider> LinkRes<P> {
     ) -> Result<Self, FabricError> {
         let hdr_slots = send_depth + 2;
         let len = cfg.recv_depth as usize * RECV_BUF + hdr_slots as usize * HDR_SLOT;
-        let ring = Region::new(&RegionConfig::new(name, len).quiet()).map_err(|e| {
-            FabricError::Io {
+        let ring =
+            Region::new(&RegionConfig::new(name, len).quiet()).map_err(|e| FabricError::Io {
                 op: "allocating an RDS connection's receive ring",
                 source: std::io::Error::other(e.to_string()),
-            }
-        })?;
+            })?;
         let ring = Arc::new(ring);
         let mr = pd.reg_region(&ring, 0, len, Access::LOCAL_WRITE)?;
         let scq = dev.create_cq(hdr_slots + 1)?;
@@ -116,7 +115,9 @@ impl<P: Provider> LinkRes<P> {
                 wr_id: u64::from(idx),
                 sgl: &sge,
             }])
-            .map_err(|_| FabricError::BadState("posting an RDS connection's receive ring failed"))?;
+            .map_err(|_| {
+                FabricError::BadState("posting an RDS connection's receive ring failed")
+            })?;
         }
         Ok(())
     }

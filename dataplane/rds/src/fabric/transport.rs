@@ -5,11 +5,11 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
+use dp_fabric::Access;
 use dp_fabric::{
     CmChannel, CmEvent, Completion, ConnId, ConnRequest, Device, FabricError, ListenId,
     ProtectionDomain, Provider,
 };
-use dp_fabric::Access;
 use lcore::time::Instant;
 
 use super::config::{FabricConfig, FabricStats, RECV_BUF};

@@ -76,7 +76,13 @@ impl RdsNode {
         let Some(i) = slot(kind) else {
             return Err(NodeError::NotConfigured(kind));
         };
-        if !self.engine.config().transports.iter().any(|s| s.kind == kind) {
+        if !self
+            .engine
+            .config()
+            .transports
+            .iter()
+            .any(|s| s.kind == kind)
+        {
             return Err(NodeError::NotConfigured(kind));
         }
         if self.transports[i].is_some() {
@@ -110,7 +116,10 @@ impl RdsNode {
     }
 
     /// The transport of `kind`, for its counters and controls.
-    pub fn transport_mut(&mut self, kind: TransportKind) -> Option<&mut (dyn Transport + Send + 'static)> {
+    pub fn transport_mut(
+        &mut self,
+        kind: TransportKind,
+    ) -> Option<&mut (dyn Transport + Send + 'static)> {
         match slot(kind) {
             Some(i) => self.transports[i].as_deref_mut(),
             None => None,
@@ -142,7 +151,10 @@ impl RdsNode {
                 TransportCmd::Connect { path, .. } | TransportCmd::Disconnect { path } => path,
             };
             let kind = self.engine.path_transport(path);
-            match kind.and_then(slot).and_then(|i| self.transports[i].as_mut()) {
+            match kind
+                .and_then(slot)
+                .and_then(|i| self.transports[i].as_mut())
+            {
                 Some(t) => t.command(&mut self.engine, now, cmd),
                 // No transport of that kind: nothing can connect; report at once so the
                 // path backs off instead of waiting forever.
@@ -159,7 +171,10 @@ impl RdsNode {
         while let Some((path, frame)) = self.engine.poll_transmit(now) {
             work += 1;
             let kind = self.engine.path_transport(path);
-            if let Some(t) = kind.and_then(slot).and_then(|i| self.transports[i].as_mut()) {
+            if let Some(t) = kind
+                .and_then(slot)
+                .and_then(|i| self.transports[i].as_mut())
+            {
                 t.transmit(&mut self.engine, now, path, frame);
             }
         }

@@ -1,0 +1,95 @@
+//! RDS over the fabric, measured as rds-tools measure the kernel's RDS: `dp-perf
+//! rds-stress` ([`stress`]) and `dp-perf rds-ping` ([`ping`]).
+//!
+//! Each side is one RDS node (an engine with its address and the fabric transport over
+//! shm) run by one pinned thread as an lcore would run it: a run-to-completion loop of
+//! [`RdsNode::poll`] and the application's non-blocking socket calls, with readiness taken
+//! from the engine's events (never a scan of every socket). `--pair` runs both nodes in
+//! this process, one per CPU of `--cpus`; without it, one process is the passive side
+//! (`-r ADDR`) and another the active side (`-s PEER -r ADDR`), meeting in the shm
+//! rendezvous directory (`--dir`), both given the same options (rds-stress sends them over
+//! a TCP control socket; here they are simply given twice).
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+
+use dataplane::fabric::shm::{Shm, ShmConfig, ShmDevice};
+use dataplane::rds::fabric::{FabricConfig, FabricTransport};
+use dataplane::rds::node::RdsNode;
+use dataplane::rds::{RdsConfig, RdsEngine, TransportSpec};
+
+use crate::PerfError;
+
+pub mod ping;
+pub mod stress;
+
+/// The passive side's address in `--pair` runs.
+pub const PAIR_PASSIVE: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 80, 0, 2));
+/// The active side's address in `--pair` runs.
+pub const PAIR_ACTIVE: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 80, 0, 1));
+
+/// Socket buffers of the benchmark sockets: room for 1 MiB messages several deep.
+const SOCK_BUF: u32 = 16 << 20;
+
+/// The rendezvous directory of a run.
+pub(crate) fn rendezvous(given: Option<&PathBuf>, pair: bool, what: &str) -> Option<PathBuf> {
+    if pair {
+        Some(given.cloned().unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("dp-perf-{what}-{}", std::process::id()))
+        }))
+    } else {
+        given.cloned()
+    }
+}
+
+/// One RDS node owning `addr`, with the fabric transport over shm in `dir` (the default
+/// rendezvous directory when `None`). `frags` sizes its message memory.
+pub(crate) fn node(
+    dir: Option<&Path>,
+    addr: IpAddr,
+    seed: u64,
+    frags: u32,
+    max_sockets: u32,
+) -> Result<RdsNode, PerfError> {
+    let fail = |e: String| PerfError::Fabric(e);
+    let mut cfg = RdsConfig {
+        name: format!("dp-perf-rds-{addr}"),
+        transports: vec![TransportSpec::ib()],
+        seed,
+        max_sockets: max_sockets.max(16),
+        msgs: (frags * 2).max(1024),
+        wmem_max: SOCK_BUF,
+        rmem_max: SOCK_BUF,
+        ..RdsConfig::default()
+    };
+    cfg.frags.count = frags;
+    cfg.frags.rx_reserve = (frags / 8).max(64);
+    let mut engine = RdsEngine::new(cfg).map_err(|e| fail(e.to_string()))?;
+    engine.add_local_addr(addr);
+    let dev = ShmDevice::open(ShmConfig {
+        dir: dir.map(Path::to_path_buf),
+        ..ShmConfig::default()
+    })
+    .map_err(|e| fail(format!("shm device: {e}")))?;
+    let fcfg = FabricConfig {
+        recv_depth: 1024,
+        ..FabricConfig::default()
+    };
+    let t = FabricTransport::<Shm>::new(dev, &engine, fcfg).map_err(|e| fail(e.to_string()))?;
+    let mut n = RdsNode::new(engine);
+    n.add_transport(Box::new(t))
+        .map_err(|e| fail(e.to_string()))?;
+    Ok(n)
+}
+
+/// Sets both socket buffers of `s` to the benchmark's size.
+pub(crate) fn big_buffers(
+    n: &mut RdsNode,
+    now: lcore::time::Instant,
+    s: dataplane::rds::RdsSocket,
+) -> Result<(), PerfError> {
+    let e = n.engine_mut();
+    e.set_sndbuf(now, s, SOCK_BUF)
+        .and_then(|()| e.set_rcvbuf(now, s, SOCK_BUF))
+        .map_err(|e| PerfError::Fabric(format!("RDS socket buffers: {e}")))
+}
