@@ -5,7 +5,7 @@
 //! receiver, and a hostile peer.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant as StdInstant};
@@ -27,9 +27,9 @@ fn ip(last: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 78, 0, last))
 }
 
-fn device(dir: &PathBuf) -> ShmDevice {
+fn device(dir: &Path) -> ShmDevice {
     ShmDevice::open(ShmConfig {
-        dir: Some(dir.clone()),
+        dir: Some(dir.to_path_buf()),
         ..ShmConfig::default()
     })
     .expect("shm device")
@@ -49,11 +49,11 @@ fn engine(addr: IpAddr, seed: u64) -> RdsEngine {
     e
 }
 
-fn node(dir: &PathBuf, addr: IpAddr, seed: u64) -> BlockingNode {
+fn node(dir: &Path, addr: IpAddr, seed: u64) -> BlockingNode {
     node_with(dir, addr, seed, FabricConfig::default())
 }
 
-fn node_with(dir: &PathBuf, addr: IpAddr, seed: u64, fcfg: FabricConfig) -> BlockingNode {
+fn node_with(dir: &Path, addr: IpAddr, seed: u64, fcfg: FabricConfig) -> BlockingNode {
     let e = engine(addr, seed);
     let t = FabricTransport::<Shm>::new(device(dir), &e, fcfg).expect("transport");
     let mut n = RdsNode::new(e);
@@ -199,7 +199,7 @@ fn reset_loop(tag: &str, count: u64, every: Duration) -> (u64, u64) {
             let mut k = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(every);
-                let n = if k % 2 == 0 { &a } else { &b };
+                let n = if k.is_multiple_of(2) { &a } else { &b };
                 k += 1;
                 kills += n.with(|n, _| {
                     n.transport_mut(TransportKind::Ib)

@@ -82,14 +82,16 @@ pub(crate) fn node(
     Ok(n)
 }
 
-/// Sets both socket buffers of `s` to the benchmark's size.
-pub(crate) fn big_buffers(
+/// Sets both socket buffers of `s` to `bytes` (at most the engine's limit).
+pub(crate) fn set_buffers(
     n: &mut RdsNode,
     now: lcore::time::Instant,
     s: dataplane::rds::RdsSocket,
+    bytes: u64,
 ) -> Result<(), PerfError> {
+    let b = bytes.min(u64::from(SOCK_BUF)) as u32;
     let e = n.engine_mut();
-    e.set_sndbuf(now, s, SOCK_BUF)
-        .and_then(|()| e.set_rcvbuf(now, s, SOCK_BUF))
+    e.set_sndbuf(now, s, b)
+        .and_then(|()| e.set_rcvbuf(now, s, b))
         .map_err(|e| PerfError::Fabric(format!("RDS socket buffers: {e}")))
 }

@@ -7,7 +7,9 @@
 //! sends as fast as its send buffers and the receiver's congestion allow, and the rate is
 //! what the passive side received. Every second a line of rds-stress's columns; then the
 //! average. Socket readiness comes from the engine's events, so the loop costs the same
-//! with one socket or thousands.
+//! with one socket or thousands. As in rds-stress, both socket buffers are
+//! `tasks × depth × (request + ack) × 2` bytes, so `-d` also bounds what a one-way sender
+//! keeps queued.
 
 use std::collections::HashMap;
 use std::io;
@@ -24,7 +26,7 @@ use hdrhistogram::Histogram;
 use lcore::time::{Clock, Instant, RealClock};
 use serde_json::json;
 
-use super::{PAIR_ACTIVE, PAIR_PASSIVE, big_buffers, node, rendezvous};
+use super::{PAIR_ACTIVE, PAIR_PASSIVE, node, rendezvous, set_buffers};
 use crate::common::Common;
 use crate::harness::{run_on, run_pair};
 use crate::{PerfError, Report};
@@ -134,6 +136,8 @@ pub struct StressReport {
     pub waits: [u64; 3],
     /// Engine counters that are not zero: (name, active side, passive side).
     pub counters: Vec<(&'static str, u64, u64)>,
+    /// Loop iterations while measuring: active side, passive side.
+    pub iterations: [u64; 2],
 }
 
 /// What the two sides share.
@@ -202,7 +206,7 @@ impl StressArgs {
         };
         let [ca, cb] = common.cpus.as_array();
         let d = dir.as_deref();
-        let r = if self.pair {
+        if self.pair {
             if let Some(d) = d {
                 let _ = std::fs::create_dir_all(d);
             }
@@ -214,8 +218,9 @@ impl StressArgs {
             if let Some(d) = d {
                 let _ = std::fs::remove_dir_all(d);
             }
-            let (_, pstats) = b?;
+            let (_, piters, pstats) = b?;
             a.map(|mut r| {
+                r.iterations[1] = piters;
                 for (c, (_, v)) in r.counters.iter_mut().zip(pstats.iter()) {
                     c.2 = v;
                 }
@@ -228,7 +233,7 @@ impl StressArgs {
                 Some(peer) => run_on(ca, || self.active(d, local, peer, sockets, secs, &shared))?,
                 None => {
                     let limit = Duration::from_secs(secs + 30);
-                    let (served, _) =
+                    let (served, _, _) =
                         run_on(ca, || self.passive(d, local, sockets, &shared, Some(limit)))??;
                     Ok(StressReport {
                         msgs_per_sec: 0.0,
@@ -243,11 +248,11 @@ impl StressArgs {
                         served: Some(served),
                         waits: [0; 3],
                         counters: Vec::new(),
+                        iterations: [0; 2],
                     })
                 }
             }
-        };
-        r
+        }
     }
 
     fn bind_all(
@@ -267,7 +272,11 @@ impl StressArgs {
             let port = self.port + 1 + k as u16;
             e.bind(s, SocketAddr::new(addr, port))
                 .map_err(|e| PerfError::Fabric(format!("bind {addr}:{port}: {e}")))?;
-            big_buffers(n, now, s)?;
+            // rds-stress's sizing: tasks x depth x (request + ack) x 2 for both buffers
+            // (RDS counts half of SO_SNDBUF), so the depth bounds what is queued.
+            let bytes =
+                u64::from(self.tasks * self.depth) * (self.req as u64 + self.ack as u64) * 2;
+            set_buffers(n, now, s, bytes)?;
             index.insert(s.index(), k as usize);
             socks.push(s);
         }
@@ -283,7 +292,7 @@ impl StressArgs {
         sockets: u32,
         shared: &Shared,
         limit: Option<Duration>,
-    ) -> Result<(u64, dataplane::rds::Stats), PerfError> {
+    ) -> Result<(u64, u64, dataplane::rds::Stats), PerfError> {
         let clock = RealClock::new();
         let frags = frags_for(self.req.max(self.ack), self.tasks * self.depth);
         let mut n = node(dir, addr, 2, frags, sockets)?;
@@ -296,22 +305,33 @@ impl StressArgs {
         let mut backlog: std::collections::VecDeque<(usize, SocketAddr, [u8; REQ_HDR])> =
             std::collections::VecDeque::new();
         let (mut rx, mut rx_at_start) = (0u64, 0u64);
+        let (mut iters, mut iters_at_start) = (0u64, 0u64);
         let mut seen = WARM;
         loop {
+            iters += 1;
             let now = clock.now();
             // Relaxed: a flag read each iteration; nothing else is ordered by it.
             let phase = shared.phase.load(Ordering::Relaxed);
             if phase != seen {
                 if phase == MEASURE {
                     rx_at_start = rx;
+                    iters_at_start = iters;
                 }
                 if phase == DONE {
-                    return Ok((rx - rx_at_start, n.engine().stats().clone()));
+                    return Ok((
+                        rx - rx_at_start,
+                        iters - iters_at_start,
+                        n.engine().stats().clone(),
+                    ));
                 }
                 seen = phase;
             }
             if limit.is_some_and(|l| now.nanos_since(start) > l.as_nanos() as u64) {
-                return Ok((rx - rx_at_start, n.engine().stats().clone()));
+                return Ok((
+                    rx - rx_at_start,
+                    iters - iters_at_start,
+                    n.engine().stats().clone(),
+                ));
             }
             n.poll(now);
             ready.take_events(&mut n, &index);
@@ -423,7 +443,9 @@ impl StressArgs {
         let mut tick = (t0, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
         let connect_deadline = t0.saturating_add(Duration::from_secs(10));
         let mut connected = false;
+        let (mut iters, mut iters0) = (0u64, 0u64);
         loop {
+            iters += 1;
             let now = clock.now();
             n.poll(now);
             ready.take_events(&mut n, &index);
@@ -512,6 +534,7 @@ impl StressArgs {
             if measure_start.is_none() && since_connect >= WARMUP.as_nanos() as u64 {
                 let prx = shared.passive_rx.load(Ordering::Relaxed);
                 measure_start = Some((now, rx, prx));
+                iters0 = iters;
                 tick = (now, tx, rx, prx, send_ns, sends, rtt_sum);
                 // Relaxed: see `active`.
                 shared.phase.store(MEASURE, Ordering::Relaxed);
@@ -547,6 +570,7 @@ impl StressArgs {
                     served: None,
                     waits,
                     counters: n.engine().stats().iter().map(|(k, v)| (k, v, 0)).collect(),
+                    iterations: [iters - iters0, 0],
                 });
             }
         }
@@ -636,6 +660,13 @@ impl Readable {
     }
 }
 
+impl StressReport {
+    /// Seconds measured (from the per-second rows, at least 1).
+    fn seconds(&self) -> f64 {
+        (self.rows.len() as f64).max(1.0)
+    }
+}
+
 impl Report for StressReport {
     fn to_json(&self) -> serde_json::Value {
         json!({ "rds_stress": {
@@ -693,6 +724,12 @@ impl Report for StressReport {
             out,
             "sends that waited: {} send buffer full (EAGAIN), {} congested (ENOBUFS), {} store full (ENOMEM)",
             self.waits[0], self.waits[1], self.waits[2]
+        )?;
+        writeln!(
+            out,
+            "loop iterations/s: active {:.0}, passive {:.0}",
+            self.iterations[0] as f64 / self.seconds(),
+            self.iterations[1] as f64 / self.seconds()
         )?;
         if !self.counters.is_empty() {
             writeln!(out, "{:<32} {:>14} {:>14}", "counter", "active", "passive")?;

@@ -141,6 +141,9 @@ pub(crate) struct Link<P: Provider> {
     inline_buf: Box<[u8; INLINE_CAP]>,
 }
 
+/// Receive buffers reposted per `post_recv` call.
+const REPOST_BATCH: usize = 32;
+
 /// The largest inline frame the transport assembles.
 pub(crate) const INLINE_CAP: usize = 512;
 
@@ -215,25 +218,38 @@ impl<P: Provider> Link<P> {
         scratch: &mut [u8; RECV_BUF],
         stats: &mut FabricStats,
     ) -> usize {
-        let n = self.res.rcq.poll(wcs);
-        if self.state == LinkState::Broken {
-            return n;
-        }
-        for wc in &wcs[..n] {
-            if wc.status != WcStatus::Success {
-                self.fail(engine, now, path, stats);
-                return n;
+        // Drain the queue (a batch at a time, at most a ring's worth): after a pause the
+        // peer's whole window is taken in one iteration, and one credit update covers it.
+        let mut polled = 0usize;
+        loop {
+            let n = self.res.rcq.poll(wcs);
+            polled += n;
+            if self.state == LinkState::Broken {
+                return polled;
             }
-            // The provider fills only what we posted; anything else is a broken provider
-            // or a hostile one: reset this connection.
-            if wc.wr_id >= u64::from(self.res.recv_depth) || wc.byte_len as usize > RECV_BUF {
-                stats.rx_bad += 1;
-                self.fail(engine, now, path, stats);
-                return n;
+            for wc in &wcs[..n] {
+                if wc.status != WcStatus::Success {
+                    self.fail(engine, now, path, stats);
+                    return polled;
+                }
+                // The provider fills only what we posted; anything else is a broken
+                // provider or a hostile one: reset this connection.
+                if wc.wr_id >= u64::from(self.res.recv_depth)
+                    || wc.byte_len as usize > RECV_BUF
+                    || self.pending.len() >= self.res.recv_depth as usize
+                {
+                    stats.rx_bad += 1;
+                    self.fail(engine, now, path, stats);
+                    return polled;
+                }
+                self.pending.push_back((wc.wr_id as u32, wc.byte_len));
             }
-            self.pending.push_back((wc.wr_id as u32, wc.byte_len));
+            if n < wcs.len() || polled >= self.res.recv_depth as usize {
+                break;
+            }
         }
-        let mut taken = 0u32;
+        let mut batch = [0u32; REPOST_BATCH];
+        let (mut k, mut taken) = (0usize, 0u32);
         while let Some(&(idx, len)) = self.pending.front() {
             let len = len as usize;
             let buf = &mut scratch[..len];
@@ -245,27 +261,44 @@ impl<P: Provider> Link<P> {
             }
             self.pending.pop_front();
             stats.rx_frames += 1;
-            let sge = [self.res.recv_sge(idx)];
-            if self
-                .qp
-                .post_recv(&[RecvWr {
-                    wr_id: u64::from(idx),
-                    sgl: &sge,
-                }])
-                .is_err()
-            {
+            batch[k] = idx;
+            k += 1;
+            if k == REPOST_BATCH {
+                if !self.repost(&batch) {
+                    self.fail(engine, now, path, stats);
+                    return polled;
+                }
+                taken += k as u32;
+                k = 0;
+            }
+        }
+        if k > 0 {
+            if !self.repost(&batch[..k]) {
                 self.fail(engine, now, path, stats);
-                return n;
+                return polled;
             }
-            taken += 1;
-            if self.state == LinkState::Broken {
-                return n;
-            }
+            taken += k as u32;
         }
         if taken > 0 {
             engine.handle_recv_posted(now, path, taken);
         }
-        n + taken as usize
+        polled + taken as usize
+    }
+
+    /// Posts the receive buffers `idxs` again, in one call.
+    fn repost(&mut self, idxs: &[u32]) -> bool {
+        let mut sges = [[Sge::default(); 1]; REPOST_BATCH];
+        for (s, &i) in sges.iter_mut().zip(idxs) {
+            s[0] = self.res.recv_sge(i);
+        }
+        let mut wrs = [RecvWr { wr_id: 0, sgl: &[] }; REPOST_BATCH];
+        for (k, &i) in idxs.iter().enumerate() {
+            wrs[k] = RecvWr {
+                wr_id: u64::from(i),
+                sgl: &sges[k],
+            };
+        }
+        self.qp.post_recv(&wrs[..idxs.len()]).is_ok()
     }
 
     /// Posts one frame: inline when it fits, else the header (copied to its slot) and the

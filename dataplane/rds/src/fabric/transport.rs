@@ -195,13 +195,10 @@ impl<P: Provider> FabricTransport<P> {
     /// reported first, so the request's private data grants them as initial credits.
     fn connect(&mut self, engine: &mut RdsEngine, now: Instant, path: PathId, faddr: IpAddr) {
         self.remove(path);
-        let res = match self.new_res() {
-            Ok(r) => r,
-            Err(_) => {
-                self.stats.connect_failures += 1;
-                engine.handle_connect_failed(now, path);
-                return;
-            }
+        let Ok(res) = self.new_res() else {
+            self.stats.connect_failures += 1;
+            engine.handle_connect_failed(now, path);
+            return;
         };
         engine.handle_recv_posted(now, path, res.recv_depth);
         let Some(private) = engine.connect_private(path) else {
@@ -268,15 +265,12 @@ impl<P: Provider> FabricTransport<P> {
         };
         // The engine accepted: the path was down, so an old connection of it is stale.
         self.remove(path);
-        let res = match self.new_res() {
-            Ok(r) => r,
-            Err(_) => {
-                self.stats.rejects += 1;
-                let _ = self.cm.reject(request, &[]);
-                engine.handle_transport_error(now, path);
-                engine.handle_transport_down(now, path);
-                return;
-            }
+        let Ok(res) = self.new_res() else {
+            self.stats.rejects += 1;
+            let _ = self.cm.reject(request, &[]);
+            engine.handle_transport_error(now, path);
+            engine.handle_transport_down(now, path);
+            return;
         };
         engine.handle_recv_posted(now, path, res.recv_depth);
         let Some(private) = engine.accept_private(path, version) else {

@@ -184,6 +184,6 @@ impl RdsNode {
 
 impl<M: Copy + Send + 'static> lcore::Poller<M> for RdsNode {
     fn poll(&mut self, ctx: &mut lcore::Ctx<'_, M>) -> usize {
-        RdsNode::poll(self, ctx.now())
+        Self::poll(self, ctx.now())
     }
 }

@@ -9,7 +9,7 @@
 //! the cost of an iteration grows with the connections (one per peer), not the sockets.
 //! Nothing here allocates or makes a system call on the data path.
 //!
-//! Transports plug in by kind ([`Transport::kind`], `SO_RDS_TRANSPORT`): the fabric
+//! Transports plug in by kind ([`Transport::kind`](crate::transport::Transport::kind), `SO_RDS_TRANSPORT`): the fabric
 //! transport answers `Ib`; an RDS-TCP transport is added beside it with
 //! [`RdsNode::add_transport`] and gets the `Tcp` paths.
 
