@@ -322,6 +322,113 @@ fn a_stalled_receiver_stops_senders_with_enobufs_and_drops_nothing() {
     let _ = std::fs::remove_dir_all(d);
 }
 
+/// A raw fabric client that claims 10.78.0.9 and connects to 10.78.0.2 with valid RDS-IB
+/// private data granting `credit` initial credits; it posts no receives.
+fn hostile_connect(
+    d: &Path,
+    credit: u32,
+) -> (
+    ShmDevice,
+    <Shm as dataplane::fabric::Provider>::Cm,
+    <Shm as dataplane::fabric::Provider>::Qp,
+) {
+    let dev = device(d);
+    let pd = dev.alloc_pd().unwrap();
+    let mut cm = dev.create_cm_channel().unwrap();
+    let cq_s = dev.create_cq(256).unwrap();
+    let cq_r = dev.create_cq(64).unwrap();
+    let private = dataplane::rds::wire::ib::IbConnPrivRepr {
+        saddr: ip(9),
+        daddr: ip(2),
+        version: dataplane::rds::wire::ib::IbVersion::V3_1,
+        minor_mask: 3,
+        tos: 0,
+        ack_seq: 0,
+        credit,
+    };
+    let (pb, pn) = private.to_bytes();
+    let init = dataplane::fabric::QpInit::<Shm> {
+        pd: &pd,
+        send_cq: &cq_s,
+        recv_cq: &cq_r,
+        caps: dataplane::fabric::QpCaps {
+            max_send_wr: 256,
+            max_inline_data: 256,
+            ..dataplane::fabric::QpCaps::default()
+        },
+    };
+    let (_conn, qp) = cm
+        .connect(SocketAddr::new(ip(2), 18634), &init, &pb[..pn])
+        .unwrap();
+    let ev = cm
+        .wait_event(Some(Duration::from_secs(10)))
+        .expect("an answer");
+    assert!(
+        matches!(ev, CmEvent::Established { .. }),
+        "the hostile peer's valid request was accepted: {ev:?}"
+    );
+    (dev, cm, qp)
+}
+
+#[test]
+fn a_peer_granting_impossible_credits_costs_only_its_connection() {
+    let d = dir("credits");
+    let a = node(&d, ip(1), 41);
+    let b = node(&d, ip(2), 42);
+    let (aa, ba) = (SocketAddr::new(ip(1), 4000), SocketAddr::new(ip(2), 4001));
+    let sa = sock(&a, aa);
+    let sb = sock(&b, ba);
+    let mut buf = vec![0u8; 4096];
+    assert_eq!(
+        a.send_to(sa, ba, b"first", Some(Duration::from_secs(20))),
+        Ok(5)
+    );
+    assert_eq!(recv(&b, sb, &mut buf).0, 5);
+    // Flow control on (we grant 16), then ACK-only frames, correctly checksummed, each
+    // granting 255 credits: past 16383 the grant is impossible.
+    let (_dev, mut cm, mut qp) = hostile_connect(&d, 16);
+    let hdr = dataplane::rds::wire::HeaderRepr {
+        credit: 255,
+        ..Default::default()
+    }
+    .to_bytes(true);
+    use dataplane::fabric::RcQueuePair;
+    for i in 0..70u64 {
+        qp.post_send(&[dataplane::fabric::SendWr::inline(
+            i,
+            dataplane::fabric::SendOp::Send,
+            &hdr,
+        )])
+        .unwrap();
+    }
+    let ev = cm
+        .wait_event(Some(Duration::from_secs(10)))
+        .expect("a disconnect");
+    assert!(matches!(ev, CmEvent::Disconnected { .. }), "got {ev:?}");
+    let st = b.with(|n, _| n.engine().stats().clone());
+    assert_eq!(
+        st.recv_drop_bad_credit, 1,
+        "the impossible grant was counted once"
+    );
+    for seq in 0..1000u64 {
+        let msg = pattern(seq, 64);
+        assert_eq!(
+            a.send_to(sa, ba, &msg, Some(Duration::from_secs(20))),
+            Ok(64)
+        );
+        let (n, _) = recv(&b, sb, &mut buf);
+        assert!(buf[..n] == msg[..]);
+    }
+    assert_eq!(
+        a.with(|n, _| n.engine().stats().conn_reset),
+        0,
+        "a's path was never reset"
+    );
+    a.stop();
+    b.stop();
+    let _ = std::fs::remove_dir_all(d);
+}
+
 #[test]
 fn a_hostile_peer_costs_only_its_own_connection() {
     let d = dir("hostile");
@@ -338,41 +445,8 @@ fn a_hostile_peer_costs_only_its_own_connection() {
     );
     assert_eq!(recv(&b, sb, &mut buf).0, 5);
     // A hostile peer claims 10.78.0.9 and connects to b with valid private data, then
-    // sends garbage: a header whose h_len is 2 MiB, then random frames.
-    let dev = device(&d);
-    let pd = dev.alloc_pd().unwrap();
-    let mut cm = dev.create_cm_channel().unwrap();
-    let cq_s = dev.create_cq(64).unwrap();
-    let cq_r = dev.create_cq(64).unwrap();
-    let private = dataplane::rds::wire::ib::IbConnPrivRepr {
-        saddr: ip(9),
-        daddr: ip(2),
-        version: dataplane::rds::wire::ib::IbVersion::V3_1,
-        minor_mask: 3,
-        tos: 0,
-        ack_seq: 0,
-        credit: 0,
-    };
-    let (pb, pn) = private.to_bytes();
-    let init = dataplane::fabric::QpInit::<Shm> {
-        pd: &pd,
-        send_cq: &cq_s,
-        recv_cq: &cq_r,
-        caps: dataplane::fabric::QpCaps {
-            max_inline_data: 256,
-            ..dataplane::fabric::QpCaps::default()
-        },
-    };
-    let (_conn, mut qp) = cm
-        .connect(SocketAddr::new(ip(2), 18634), &init, &pb[..pn])
-        .unwrap();
-    let ev = cm
-        .wait_event(Some(Duration::from_secs(10)))
-        .expect("an answer");
-    assert!(
-        matches!(ev, CmEvent::Established { .. }),
-        "the hostile peer's valid request was accepted: {ev:?}"
-    );
+    // sends garbage: a header whose h_len is 2 MiB.
+    let (_dev, mut cm, mut qp) = hostile_connect(&d, 0);
     let mut garbage = [0u8; 48 + 64];
     garbage[..8].copy_from_slice(&1u64.to_be_bytes());
     garbage[16..20].copy_from_slice(&(2u32 << 20).to_be_bytes()); // h_len 2 MiB
@@ -388,11 +462,8 @@ fn a_hostile_peer_costs_only_its_own_connection() {
         .wait_event(Some(Duration::from_secs(10)))
         .expect("a disconnect");
     assert!(matches!(ev, CmEvent::Disconnected { .. }), "got {ev:?}");
-    let violations = b.with(|n, _| n.engine().stats().clone());
-    assert!(
-        violations.conn_reset >= 1,
-        "b counted the hostile connection's reset"
-    );
+    let st = b.with(|n, _| n.engine().stats().clone());
+    assert_eq!(st.recv_drop_bad_len, 1, "b counted the 2 MiB h_len once");
     // The honest connection never noticed.
     for seq in 0..1000u64 {
         let msg = pattern(seq, 64);
