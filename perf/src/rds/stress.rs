@@ -7,9 +7,9 @@
 //! sends as fast as its send buffers and the receiver's congestion allow, and the rate is
 //! what the passive side received. Every second a line of rds-stress's columns; then the
 //! average. Socket readiness comes from the engine's events, so the loop costs the same
-//! with one socket or thousands. As in rds-stress, both socket buffers are
-//! `tasks × depth × (request + ack) × 2` bytes, so `-d` also bounds what a one-way sender
-//! keeps queued.
+//! with one socket or thousands. As in rds-stress, the socket buffers come to
+//! `tasks × depth × (request + ack) × 2` bytes (split over the `--sockets`, each holding at
+//! least one request), so `-d` also bounds what a one-way sender keeps queued.
 
 use std::collections::HashMap;
 use std::io;
@@ -273,9 +273,12 @@ impl StressArgs {
             e.bind(s, SocketAddr::new(addr, port))
                 .map_err(|e| PerfError::Fabric(format!("bind {addr}:{port}: {e}")))?;
             // rds-stress's sizing: tasks x depth x (request + ack) x 2 for both buffers
-            // (RDS counts half of SO_SNDBUF), so the depth bounds what is queued.
+            // (RDS counts half of SO_SNDBUF), so the depth bounds what is queued; spread
+            // over the sockets (each still holds one request), so that --sockets changes
+            // how the load is spread, not how much is queued.
+            let per = self.req as u64 + self.ack as u64;
             let bytes =
-                u64::from(self.tasks * self.depth) * (self.req as u64 + self.ack as u64) * 2;
+                (u64::from(self.tasks * self.depth) * per * 2 / u64::from(sockets)).max(per * 2);
             set_buffers(n, now, s, bytes)?;
             index.insert(s.index(), k as usize);
             socks.push(s);
