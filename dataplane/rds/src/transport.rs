@@ -47,4 +47,8 @@ pub trait Transport {
     /// engine resets the paths, reconnects and retransmits). For fault tests and
     /// operators. Returns how many were killed.
     fn reset_all(&mut self) -> usize;
+
+    /// Calls `f` with each of the transport's counters, name and value (for `rds-info`
+    /// style listings next to the engine's [`Stats`](crate::Stats)).
+    fn counters(&self, f: &mut dyn FnMut(&'static str, u64));
 }

@@ -95,3 +95,12 @@ pub(crate) fn set_buffers(
         .and_then(|()| e.set_rcvbuf(now, s, b))
         .map_err(|e| PerfError::Fabric(format!("RDS socket buffers: {e}")))
 }
+
+/// Every counter of a node: the engine's (`rds-info -c` names), then its transports'.
+pub(crate) fn all_counters(n: &mut RdsNode) -> Vec<(&'static str, u64)> {
+    let mut v: Vec<(&'static str, u64)> = n.engine().stats().iter().collect();
+    if let Some(t) = n.transport_mut(dataplane::rds::TransportKind::Ib) {
+        t.counters(&mut |k, x| v.push((k, x)));
+    }
+    v
+}

@@ -26,7 +26,7 @@ use hdrhistogram::Histogram;
 use lcore::time::{Clock, Instant, RealClock};
 use serde_json::json;
 
-use super::{PAIR_ACTIVE, PAIR_PASSIVE, node, rendezvous, set_buffers};
+use super::{PAIR_ACTIVE, PAIR_PASSIVE, all_counters, node, rendezvous, set_buffers};
 use crate::common::Common;
 use crate::harness::{run_on, run_pair};
 use crate::{PerfError, Report};
@@ -140,6 +140,10 @@ pub struct StressReport {
     pub iterations: [u64; 2],
 }
 
+/// What the passive side ends with: requests received while measuring, loop iterations
+/// while measuring, and its node's counters.
+type PassiveResult = (u64, u64, Vec<(&'static str, u64)>);
+
 /// What the two sides share.
 struct Shared {
     /// 0 warm-up, 1 measuring, 2 done (written by the active side).
@@ -221,7 +225,7 @@ impl StressArgs {
             let (_, piters, pstats) = b?;
             a.map(|mut r| {
                 r.iterations[1] = piters;
-                for (c, (_, v)) in r.counters.iter_mut().zip(pstats.iter()) {
+                for (c, (_, v)) in r.counters.iter_mut().zip(pstats) {
                     c.2 = v;
                 }
                 r.counters.retain(|c| c.1 != 0 || c.2 != 0);
@@ -295,7 +299,7 @@ impl StressArgs {
         sockets: u32,
         shared: &Shared,
         limit: Option<Duration>,
-    ) -> Result<(u64, u64, dataplane::rds::Stats), PerfError> {
+    ) -> Result<PassiveResult, PerfError> {
         let clock = RealClock::new();
         let frags = frags_for(self.req.max(self.ack), self.tasks * self.depth);
         let mut n = node(dir, addr, 2, frags, sockets)?;
@@ -324,7 +328,7 @@ impl StressArgs {
                     return Ok((
                         rx - rx_at_start,
                         iters - iters_at_start,
-                        n.engine().stats().clone(),
+                        all_counters(&mut n),
                     ));
                 }
                 seen = phase;
@@ -333,7 +337,7 @@ impl StressArgs {
                 return Ok((
                     rx - rx_at_start,
                     iters - iters_at_start,
-                    n.engine().stats().clone(),
+                    all_counters(&mut n),
                 ));
             }
             n.poll(now);
@@ -572,7 +576,10 @@ impl StressArgs {
                     rtt,
                     served: None,
                     waits,
-                    counters: n.engine().stats().iter().map(|(k, v)| (k, v, 0)).collect(),
+                    counters: all_counters(&mut n)
+                        .into_iter()
+                        .map(|(k, v)| (k, v, 0))
+                        .collect(),
                     iterations: [iters - iters0, 0],
                 });
             }

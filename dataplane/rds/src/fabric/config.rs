@@ -103,3 +103,26 @@ pub struct FabricStats {
     /// reset).
     pub rx_bad: u64,
 }
+
+impl FabricStats {
+    /// `(name, value)` of every counter, prefixed `fabric_`.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
+        [
+            ("fabric_connects", self.connects),
+            ("fabric_accepts", self.accepts),
+            ("fabric_rejects", self.rejects),
+            ("fabric_bad_requests", self.bad_requests),
+            ("fabric_established", self.established),
+            ("fabric_connect_failures", self.connect_failures),
+            ("fabric_errors", self.errors),
+            ("fabric_teardowns", self.teardowns),
+            ("fabric_tx_frames", self.tx_frames),
+            ("fabric_tx_inline", self.tx_inline),
+            ("fabric_tx_no_link", self.tx_no_link),
+            ("fabric_rx_frames", self.rx_frames),
+            ("fabric_rx_refused", self.rx_refused),
+            ("fabric_rx_bad", self.rx_bad),
+        ]
+        .into_iter()
+    }
+}

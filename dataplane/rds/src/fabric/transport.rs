@@ -364,6 +364,12 @@ impl<P: Provider> Transport for FabricTransport<P> {
         })
     }
 
+    fn counters(&self, f: &mut dyn FnMut(&'static str, u64)) {
+        for (k, v) in self.stats.iter() {
+            f(k, v);
+        }
+    }
+
     fn reset_all(&mut self) -> usize {
         let cm = &mut self.cm;
         self.links
