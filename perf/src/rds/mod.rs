@@ -8,7 +8,22 @@
 //! this process, one per CPU of `--cpus`; without it, one process is the passive side
 //! (`-r ADDR`) and another the active side (`-s PEER -r ADDR`), meeting in the shm
 //! rendezvous directory (`--dir`), both given the same options (rds-stress sends them over
-//! a TCP control socket; here they are simply given twice).
+//! a TCP control socket; here they are simply given twice). The passive side of a
+//! two-process run stops `-T` + 30 s after it started.
+//!
+//! # The goals of issue 13, measured (ratios from one run, on an idle host)
+//!
+//! ```text
+//! dp-perf limit --json                                              # hand-off H
+//! dp-perf rds-ping --pair -c 100000 --json                          # p50 one way <= 3 H
+//! dp-perf send-lat --pair -s 48 -n 100000 --json                    # the provider's own SEND
+//! dp-perf rds-stress --pair -q 64 -o -d 256 -T 10 --json            # >= 10 M msgs/s
+//! dp-perf send-bw --pair -s 112 --json                              # the provider's SEND rate
+//! dp-perf rds-stress --pair -q 1M -o -d 16 -T 10 --json             # >= 0.5 x ...
+//! dp-perf write-bw --pair -s 1048576 --json                         # ... shm write-bw
+//! dp-perf rds-stress --pair -q 64 -a 16 -d 256 -T 10 --sockets 1 --json
+//! dp-perf rds-stress --pair -q 64 -a 16 -d 256 -T 10 --sockets 1024 --json  # >= 0.8 x
+//! ```
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
