@@ -142,4 +142,7 @@ fn bad_rds_options_are_refused_with_a_reason() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("-r ADDR"));
     let out = dp_perf(&["rds-ping", "--pair", "-c", "0"]);
     assert_eq!(out.status.code(), Some(2));
+    let out = dp_perf(&["rds-stress", "--pair", "--provider", "verbs"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("two processes"));
 }

@@ -28,12 +28,16 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 
+use clap::Args;
+use dataplane::fabric::Provider;
 use dataplane::fabric::shm::{Shm, ShmConfig, ShmDevice};
 use dataplane::rds::fabric::{FabricConfig, FabricTransport};
 use dataplane::rds::node::RdsNode;
 use dataplane::rds::{RdsConfig, RdsEngine, TransportSpec};
 
 use crate::PerfError;
+use crate::harness::ProviderKind;
+use crate::harness::open_verbs;
 
 pub mod ping;
 pub mod stress;
@@ -57,9 +61,38 @@ pub(crate) fn rendezvous(given: Option<&PathBuf>, pair: bool, what: &str) -> Opt
     }
 }
 
-/// One RDS node owning `addr`, with the fabric transport over shm in `dir` (the default
-/// rendezvous directory when `None`). `frags` sizes its message memory.
+/// Which provider the RDS nodes run on.
+#[derive(Debug, Clone, Args)]
+pub struct RdsFabric {
+    /// Fabric provider: shm (one host), or verbs (RDMA hardware, Soft-RoCE; feature
+    /// `verbs`; two processes with -r/-s on the device's addresses, not --pair).
+    #[arg(long, value_enum, default_value_t = ProviderKind::Shm)]
+    pub provider: ProviderKind,
+    /// verbs device name, as `ibv_devices` lists it (default: the first).
+    #[arg(long, value_name = "NAME")]
+    pub device: Option<String>,
+}
+
+impl RdsFabric {
+    /// Refuses `--pair` on a provider where two nodes in one process cannot have two
+    /// addresses.
+    pub(crate) fn check(&self, pair: bool) -> Result<(), PerfError> {
+        if pair && self.provider == ProviderKind::Verbs {
+            return Err(PerfError::Usage(
+                "--pair runs both RDS nodes over shm; with --provider verbs run the two sides \
+                 as two processes (-r ADDR, and -s PEER on the other) on the device's addresses"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One RDS node owning `addr`, with the fabric transport on the chosen provider (shm: in
+/// the rendezvous directory `dir`, the default one when `None`). `frags` sizes its message
+/// memory.
 pub(crate) fn node(
+    fab: &RdsFabric,
     dir: Option<&Path>,
     addr: IpAddr,
     seed: u64,
@@ -81,16 +114,32 @@ pub(crate) fn node(
     cfg.frags.rx_reserve = (frags / 8).max(64);
     let mut engine = RdsEngine::new(cfg).map_err(|e| fail(e.to_string()))?;
     engine.add_local_addr(addr);
-    let dev = ShmDevice::open(ShmConfig {
-        dir: dir.map(Path::to_path_buf),
-        ..ShmConfig::default()
-    })
-    .map_err(|e| fail(format!("shm device: {e}")))?;
+    match fab.provider {
+        ProviderKind::Shm => {
+            let dev = ShmDevice::open(ShmConfig {
+                dir: dir.map(Path::to_path_buf),
+                ..ShmConfig::default()
+            })
+            .map_err(|e| fail(format!("shm device: {e}")))?;
+            attach::<Shm>(engine, dev)
+        }
+        #[cfg(feature = "verbs")]
+        ProviderKind::Verbs => {
+            attach::<dataplane::fabric::verbs::Verbs>(engine, open_verbs(fab.device.as_deref())?)
+        }
+        #[cfg(not(feature = "verbs"))]
+        ProviderKind::Verbs => match open_verbs(fab.device.as_deref())? {},
+    }
+}
+
+/// The node of `engine` with the fabric transport on `dev`.
+fn attach<P: Provider>(engine: RdsEngine, dev: P::Device) -> Result<RdsNode, PerfError> {
+    let fail = |e: String| PerfError::Fabric(e);
     let fcfg = FabricConfig {
         recv_depth: 1024,
         ..FabricConfig::default()
     };
-    let t = FabricTransport::<Shm>::new(dev, &engine, fcfg).map_err(|e| fail(e.to_string()))?;
+    let t = FabricTransport::<P>::new(dev, &engine, fcfg).map_err(|e| fail(e.to_string()))?;
     let mut n = RdsNode::new(engine);
     n.add_transport(Box::new(t))
         .map_err(|e| fail(e.to_string()))?;

@@ -19,7 +19,7 @@ use hdrhistogram::Histogram;
 use lcore::time::{Clock, RealClock};
 use serde_json::json;
 
-use super::{PAIR_ACTIVE, PAIR_PASSIVE, node, rendezvous};
+use super::{PAIR_ACTIVE, PAIR_PASSIVE, RdsFabric, node, rendezvous};
 use crate::common::Common;
 use crate::harness::{run_on, run_pair};
 use crate::{PerfError, Report};
@@ -53,6 +53,9 @@ pub struct PingArgs {
     /// shm rendezvous directory (both processes of a two-process run must give the same).
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
+    /// The provider.
+    #[command(flatten)]
+    pub fabric: RdsFabric,
 }
 
 /// `1`, `0.5`, `10ms`, `100us`.
@@ -109,6 +112,7 @@ impl PingArgs {
         if count == 0 {
             return Err(PerfError::Usage("-c 0: give at least one ping".into()));
         }
+        self.fabric.check(self.pair)?;
         let interval = self.interval.unwrap_or(if self.pair {
             Duration::ZERO
         } else {
@@ -130,7 +134,7 @@ impl PingArgs {
                     stop.store(true, Ordering::Relaxed);
                     r
                 },
-                || answer(d, PAIR_PASSIVE, &stop, None),
+                || answer(&self.fabric, d, PAIR_PASSIVE, &stop, None),
             )?;
             if let Some(d) = d {
                 let _ = std::fs::remove_dir_all(d);
@@ -147,7 +151,7 @@ impl PingArgs {
             Some(dest) => run_on(ca, || self.ping(d, local, dest, count, interval))?,
             None => {
                 let limit = Duration::from_secs(self.seconds);
-                run_on(ca, || answer(d, local, &stop, Some(limit)))??;
+                run_on(ca, || answer(&self.fabric, d, local, &stop, Some(limit)))??;
                 Ok(PingReport {
                     count: 0,
                     lost: 0,
@@ -171,7 +175,7 @@ impl PingArgs {
         interval: Duration,
     ) -> Result<PingReport, PerfError> {
         let clock = RealClock::new();
-        let mut n = node(dir, local, 1, 4096, 64)?;
+        let mut n = node(&self.fabric, dir, local, 1, 4096, 64)?;
         let fail = |w: &str, e: RdsError| PerfError::Fabric(format!("rds-ping {w}: {e}"));
         let mut socks: Vec<RdsSocket> = Vec::with_capacity(SOCKETS);
         for _ in 0..SOCKETS {
@@ -258,13 +262,14 @@ impl PingArgs {
 
 /// The answering side: its engine pongs by itself; this only runs the node.
 fn answer(
+    fabric: &RdsFabric,
     dir: Option<&std::path::Path>,
     local: IpAddr,
     stop: &AtomicBool,
     limit: Option<Duration>,
 ) -> Result<(), PerfError> {
     let clock = RealClock::new();
-    let mut n = node(dir, local, 2, 4096, 64)?;
+    let mut n = node(fabric, dir, local, 2, 4096, 64)?;
     let start = clock.now();
     // Relaxed: a flag; nothing else is ordered by it.
     while !stop.load(Ordering::Relaxed) {

@@ -26,7 +26,7 @@ use hdrhistogram::Histogram;
 use lcore::time::{Clock, Instant, RealClock};
 use serde_json::json;
 
-use super::{PAIR_ACTIVE, PAIR_PASSIVE, all_counters, node, rendezvous, set_buffers};
+use super::{PAIR_ACTIVE, PAIR_PASSIVE, RdsFabric, all_counters, node, rendezvous, set_buffers};
 use crate::common::Common;
 use crate::harness::{run_on, run_pair};
 use crate::{PerfError, Report};
@@ -77,6 +77,9 @@ pub struct StressArgs {
     /// shm rendezvous directory (both processes of a two-process run must give the same).
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
+    /// The provider.
+    #[command(flatten)]
+    pub fabric: RdsFabric,
 }
 
 /// `4096`, `4K`, `1M`: bytes.
@@ -189,6 +192,7 @@ impl StressArgs {
                 "-T 0 (run forever) is not supported: give the seconds to measure".into(),
             );
         }
+        self.fabric.check(self.pair)?;
         if !self.pair && self.local.is_none() {
             return usage("give -r ADDR (this side's address), or --pair".into());
         }
@@ -302,7 +306,7 @@ impl StressArgs {
     ) -> Result<PassiveResult, PerfError> {
         let clock = RealClock::new();
         let frags = frags_for(self.req.max(self.ack), self.tasks * self.depth);
-        let mut n = node(dir, addr, 2, frags, sockets)?;
+        let mut n = node(&self.fabric, dir, addr, 2, frags, sockets)?;
         let start = clock.now();
         let (socks, index) = self.bind_all(&mut n, start, addr, sockets)?;
         let mut ready = Readable::new(sockets as usize);
@@ -430,7 +434,7 @@ impl StressArgs {
         let clock = RealClock::new();
         let inflight_max = u64::from(self.tasks * self.depth);
         let frags = frags_for(self.req.max(self.ack), self.tasks * self.depth);
-        let mut n = node(dir, addr, 1, frags, sockets)?;
+        let mut n = node(&self.fabric, dir, addr, 1, frags, sockets)?;
         let t0 = clock.now();
         let (socks, index) = self.bind_all(&mut n, t0, addr, sockets)?;
         let dests: Vec<SocketAddr> = (0..sockets)
