@@ -34,6 +34,8 @@ use crate::figures::PlotArgs;
 use crate::lcore_perf::{self, LcoreConfig};
 use crate::limit::{self, LimitConfig};
 use crate::pool_perf::{self, MempoolConfig};
+use crate::rds::ping::PingArgs;
+use crate::rds::stress::StressArgs;
 use crate::ring_perf::{self, RingConfig};
 use crate::rstream::RstreamArgs;
 use crate::rtrs::RtrsArgs;
@@ -95,6 +97,12 @@ pub enum Command {
     /// RTRS block IO (the RNBD transport) as fio drives it: IOPS, Gb/s and latency of
     /// --iodepth requests of --bs bytes over --paths paths; --kill-path-after tests failover.
     Rtrs(RtrsArgs),
+    /// rds-tools' rds-stress over this RDS (fabric transport on shm): requests and acks
+    /// between two nodes, per-second columns; --pair runs both ends here.
+    RdsStress(StressArgs),
+    /// rds-tools' rds-ping over this RDS: 0-byte pings to port 0 and their pongs; --pair
+    /// runs both ends here.
+    RdsPing(PingArgs),
     /// Draw figure files that earlier runs wrote with `--plot FILE.json` into one chart
     /// (`--plot OUT.svg`): an rsocket run next to its `--tcp` twin, write against send.
     Plot(PlotArgs),
@@ -122,6 +130,8 @@ impl Command {
             Self::Rstream(a) => Box::new(a.run(common)?),
             Self::Blk(a) => Box::new(a.run(common)?),
             Self::Rtrs(a) => Box::new(a.run(common)?),
+            Self::RdsStress(a) => Box::new(a.run(common)?),
+            Self::RdsPing(a) => Box::new(a.run(common)?),
             Self::Plot(a) => Box::new(a.run()?),
         })
     }
@@ -150,7 +160,7 @@ impl Command {
         if !name.is_empty() {
             return Err(PerfError::Usage(format!(
                 "--plot: `dp-perf {name}` draws no plot; plots come from limit, write-lat, \
-                 send-lat, read-lat, write-bw, send-bw, read-bw, rstream, blk, rtrs and plot"
+                 send-lat, read-lat, write-bw, send-bw, read-bw, rstream, blk, rtrs, rds-stress, rds-ping and plot"
             )));
         }
         let server = match self {
@@ -162,6 +172,9 @@ impl Command {
             | Self::ReadBw(a) => a.server,
             Self::Rstream(a) => a.server,
             Self::Rtrs(a) => a.server,
+            Self::Blk(a) => a.server,
+            Self::RdsStress(a) => !a.pair && a.peer.is_none(),
+            Self::RdsPing(a) => !a.pair && a.dest.is_none(),
             _ => false,
         };
         if server {

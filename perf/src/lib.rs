@@ -14,6 +14,7 @@
 //! | `dp-perf rstream` | [`rstream`] | librdmacm's `rstream`, kernel TCP |
 //! | `dp-perf blk` | [`blk`] | fio (`--rw`, `--bs`, `--iodepth`, ...; fio's summary and JSON) |
 //! | `dp-perf rtrs` | [`rtrs`] | fio over RNBD (RTRS block IO, multipath failover) |
+//! | `dp-perf rds-stress`, `rds-ping` | [`rds`] | rds-tools' `rds-stress`, `rds-ping` |
 //! | `dp-perf plot` | [`figures`] | draws `--plot FILE.json` data of several runs in one chart |
 //!
 //! # Rules every measurement follows
@@ -43,6 +44,7 @@ pub mod harness;
 pub mod lcore_perf;
 pub mod limit;
 pub mod pool_perf;
+pub mod rds;
 mod report;
 pub mod ring_perf;
 pub mod rstream;

@@ -4,14 +4,19 @@
 //! RDS gives reliable, ordered datagrams between sockets bound to `address:port`. All the
 //! sockets of two nodes share one connection (per transport and TOS; up to eight paths on
 //! a multipath stream transport), so thousands of peers cost a handful of connections.
-//! This crate is the protocol and the socket layer without any I/O: it builds and tests
-//! with no fabric provider, no socket and no clock. Transports (the fabric over shm and
-//! verbs, RDS-TCP) and the lcore integration drive it from outside.
+//! The protocol and the socket layer ([`engine`], [`path`]) do no I/O: they build and
+//! test with no fabric provider, no socket and no clock. Around them, [`fabric`] is the
+//! transport over any dp-fabric provider (shm, verbs; written against the traits, never a
+//! provider), and [`node`] drives an engine and its transports in a run-to-completion loop
+//! (an lcore poller) or behind blocking calls for ordinary threads.
 //!
 //! # Layers (each module uses only those below it)
 //!
 //! | module | what |
 //! |---|---|
+//! | [`node`] | [`RdsNode`](node::RdsNode): an engine and its transports, one loop iteration per `poll`; [`BlockingNode`](node::BlockingNode) for threads |
+//! | [`fabric`] | [`FabricTransport`](fabric::FabricTransport): RDS-IB's protocol over a dp-fabric provider (RC queue pairs, CM private data, receive rings, credits) |
+//! | [`transport`] | the [`Transport`](transport::Transport) trait: how a node drives a transport (the fabric one; RDS-TCP plugs in beside it) |
 //! | [`engine`] | [`RdsEngine`]: the node: sockets, connections, congestion maps, routing |
 //! | [`path`] | [`Path`]: one connection path's state machine (states, sequence numbers, acks, credits, fragments, retransmission) |
 //! | [`store`] | message memory: 4 KiB fragments in one region, message records on intrusive queues |
@@ -126,26 +131,42 @@
 //!   connection object; `RDS_INFO_*` listings, RDMA, zero-copy and receive-path latency
 //!   tracing are not here (see below).
 //!
-//! # What phase 2 fills in
+//! # Running it
+//!
+//! ```text
+//! let mut engine = RdsEngine::new(RdsConfig { transports: vec![TransportSpec::ib()], .. })?;
+//! engine.add_local_addr(addr);
+//! let fabric = FabricTransport::<Shm>::new(device, &engine, FabricConfig::default())?;
+//! let mut node = RdsNode::new(engine);
+//! node.add_transport(Box::new(fabric))?;
+//! // on an lcore: register `node` as a poller, use node.engine_mut() for the sockets;
+//! // on threads: BlockingNode::spawn(node, PollMode::hybrid_default(), "rds")?
+//! ```
+//!
+//! # Not done yet
 //!
 //! RDMA (`RDS_GET_MR`, `RDS_CMSG_RDMA_ARGS`/`_DEST`/`_MAP`, atomics): the control messages
 //! are typed and checked ([`SendCmsg`]), notifications are queued and delivered
 //! ([`Received::RdmaStatus`]), messages carry an `RDMA` bit that stops their retransmission,
-//! and a transport declares `rdma` in its [`TransportSpec`]; the fabric transport adds the
-//! memory registration and the work requests. The stream transport's TCP specifics (the
-//! larger side dropping its own established connection, `SPORT_IDX`, keepalive) belong to
-//! the RDS-TCP driver.
+//! and a transport declares `rdma` in its [`TransportSpec`]; the fabric transport does not
+//! declare it yet (it still needs the memory registration and the READ/WRITE work
+//! requests), so RDMA control messages fail with `EOPNOTSUPP` as on RDS-TCP. The RDS-TCP
+//! driver (a [`transport::Transport`] of kind `Tcp`, with TCP's specifics: the larger side
+//! dropping its own established connection, `SPORT_IDX`, keepalive) is issue 14's.
 #![deny(unsafe_code)]
 
 pub mod addr;
 pub mod engine;
 pub mod error;
+pub mod fabric;
+pub mod node;
 pub mod path;
 pub mod rng;
 #[cfg(feature = "testing")]
 pub mod sim;
 pub mod stats;
 pub mod store;
+pub mod transport;
 pub mod uapi;
 pub mod wire;
 

@@ -215,6 +215,16 @@ impl RdsEngine {
         self.local.insert(a, m);
     }
 
+    /// This node's addresses.
+    pub fn local_addrs(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        self.local.keys().map(|a| a.ip())
+    }
+
+    /// The transport that carries `path` (the node's dispatch of commands and frames).
+    pub fn path_transport(&self, path: PathId) -> Option<TransportKind> {
+        self.conns.get(path.conn as usize).map(|c| c.key.transport)
+    }
+
     /// True if `ip` is one of this node's addresses.
     pub fn is_local(&self, ip: IpAddr) -> bool {
         self.local.contains_key(&Addr::new(ip))

@@ -1,0 +1,367 @@
+//! One connection of the fabric transport: its queue pair, completion queues and receive
+//! ring, and the data path over them (receives in, frames out, completions).
+//!
+//! Each connection has its own memory: a region holding `recv_depth` receive buffers of
+//! [`RECV_BUF`] bytes (header + 4 KiB fragment) and the send-header slots, registered for
+//! local access only. No key of ours is ever given to a peer, so a peer can only SEND into
+//! the buffers we posted on its connection; it can never touch another connection's
+//! buffers or the engine's message store. Every received byte is copied out of the buffer
+//! (a snapshot) before the engine parses it, and the engine checks every field: a
+//! violation resets this connection only.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use dp_fabric::{
+    Access, Completion, ConnId, Device, MemoryRegion, Payload, PostError, ProtectionDomain,
+    Provider, QpCaps, QpInit, RcQueuePair, RecvWr, SendFlags, SendOp, SendWr, Sge, WcStatus,
+};
+use dp_fabric::{CompletionQueue, FabricError};
+use lcore::time::Instant;
+use mempool::memory::{Region, RegionConfig};
+
+use super::config::{FabricConfig, FabricStats, HDR_SLOT, RECV_BUF};
+use crate::engine::RdsEngine;
+use crate::path::{FrameKind, PathId, TxFrame};
+use crate::wire::HEADER_LEN;
+
+/// Where a connection is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LinkState {
+    /// We sent a connect request; waiting for the reply.
+    Connecting,
+    /// We accepted a request; waiting for the peer's ready-to-use.
+    Accepting,
+    /// Established: frames flow.
+    Up,
+    /// Failed (disconnect event, error completion, failed post): nothing more is posted or
+    /// reported; the engine was told and will send a disconnect command.
+    Broken,
+}
+
+/// A connection's memory and completion queues, made before its queue pair.
+pub(crate) struct LinkRes<P: Provider> {
+    pub(crate) scq: P::Cq,
+    pub(crate) rcq: P::Cq,
+    /// Registration of `ring` (declared before it: dropped first).
+    pub(crate) mr: P::Mr,
+    pub(crate) ring: Arc<Region>,
+    pub(crate) recv_depth: u32,
+    pub(crate) hdr_slots: u32,
+}
+
+impl<P: Provider> LinkRes<P> {
+    /// Makes the region, its registration and the completion queues of a new connection
+    /// whose paths send at most `send_depth` data frames at once (plus one ACK-only frame).
+    pub(crate) fn new(
+        dev: &P::Device,
+        pd: &P::Pd,
+        cfg: &FabricConfig,
+        send_depth: u32,
+        name: &str,
+    ) -> Result<Self, FabricError> {
+        let hdr_slots = send_depth + 2;
+        let len = cfg.recv_depth as usize * RECV_BUF + hdr_slots as usize * HDR_SLOT;
+        let ring =
+            Region::new(&RegionConfig::new(name, len).quiet()).map_err(|e| FabricError::Io {
+                op: "allocating an RDS connection's receive ring",
+                source: std::io::Error::other(e.to_string()),
+            })?;
+        let ring = Arc::new(ring);
+        let mr = pd.reg_region(&ring, 0, len, Access::LOCAL_WRITE)?;
+        let scq = dev.create_cq(hdr_slots + 1)?;
+        let rcq = dev.create_cq(cfg.recv_depth)?;
+        Ok(Self {
+            scq,
+            rcq,
+            mr,
+            ring,
+            recv_depth: cfg.recv_depth,
+            hdr_slots,
+        })
+    }
+
+    /// The queue pair's sizes: every data frame plus the ACK-only frame in flight, two
+    /// scatter entries (header, fragment), one receive entry.
+    pub(crate) fn caps(&self, cfg: &FabricConfig) -> QpCaps {
+        QpCaps {
+            max_send_wr: self.hdr_slots,
+            max_recv_wr: self.recv_depth,
+            max_send_sge: 2,
+            max_recv_sge: 1,
+            max_inline_data: cfg.inline_max.min(INLINE_CAP as u32),
+        }
+    }
+
+    /// The init block for creating the queue pair.
+    pub(crate) fn init<'a>(&'a self, pd: &'a P::Pd, cfg: &FabricConfig) -> QpInit<'a, P> {
+        QpInit {
+            pd,
+            send_cq: &self.scq,
+            recv_cq: &self.rcq,
+            caps: self.caps(cfg),
+        }
+    }
+
+    fn recv_sge(&self, idx: u32) -> Sge {
+        self.mr.sge(idx as usize * RECV_BUF, RECV_BUF as u32)
+    }
+
+    /// Posts every receive buffer (before the connect request or the accept leaves).
+    pub(crate) fn post_all_recvs(&self, qp: &mut P::Qp) -> Result<(), FabricError> {
+        for idx in 0..self.recv_depth {
+            let sge = [self.recv_sge(idx)];
+            qp.post_recv(&[RecvWr {
+                wr_id: u64::from(idx),
+                sgl: &sge,
+            }])
+            .map_err(|_| {
+                FabricError::BadState("posting an RDS connection's receive ring failed")
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// One connection.
+pub(crate) struct Link<P: Provider> {
+    /// Declared first: dropped (disconnected, flushed, destroyed) before its memory.
+    pub(crate) qp: P::Qp,
+    pub(crate) res: LinkRes<P>,
+    pub(crate) conn: ConnId,
+    pub(crate) state: LinkState,
+    /// Received frames not yet taken by the engine (buffer index, length), in order: the
+    /// engine refused the first (store full), so the rest wait behind it.
+    pending: VecDeque<(u32, u32)>,
+    /// Frames posted since the last signalled one.
+    unsignaled: u32,
+    /// The largest inline frame this queue pair takes (at most [`INLINE_CAP`]).
+    inline_max: usize,
+    /// Where inline frames are assembled (made once: no zeroing per frame).
+    inline_buf: Box<[u8; INLINE_CAP]>,
+}
+
+/// Receive buffers reposted per `post_recv` call.
+const REPOST_BATCH: usize = 32;
+
+/// The largest inline frame the transport assembles.
+pub(crate) const INLINE_CAP: usize = 512;
+
+impl<P: Provider> Link<P> {
+    pub(crate) fn new(qp: P::Qp, res: LinkRes<P>, conn: ConnId, state: LinkState) -> Self {
+        let inline_max = (qp.caps().max_inline_data as usize).min(INLINE_CAP);
+        let depth = res.recv_depth as usize;
+        Self {
+            qp,
+            res,
+            conn,
+            state,
+            pending: VecDeque::with_capacity(depth),
+            unsignaled: 0,
+            inline_max,
+            inline_buf: Box::new([0; INLINE_CAP]),
+        }
+    }
+
+    /// Marks the connection failed and tells the engine (once).
+    pub(crate) fn fail(
+        &mut self,
+        engine: &mut RdsEngine,
+        now: Instant,
+        path: PathId,
+        stats: &mut FabricStats,
+    ) {
+        if self.state != LinkState::Broken {
+            self.state = LinkState::Broken;
+            stats.errors += 1;
+            engine.handle_transport_error(now, path);
+        }
+    }
+
+    /// Send completions: reported to the engine cumulatively (the largest token of the
+    /// batch; requests complete in order). An error status fails the connection.
+    pub(crate) fn poll_send(
+        &mut self,
+        engine: &mut RdsEngine,
+        now: Instant,
+        path: PathId,
+        wcs: &mut [Completion],
+        stats: &mut FabricStats,
+    ) -> usize {
+        let n = self.res.scq.poll(wcs);
+        if self.state == LinkState::Broken {
+            return n;
+        }
+        let mut done = None;
+        for wc in &wcs[..n] {
+            if !wc.is_ok() {
+                self.fail(engine, now, path, stats);
+                return n;
+            }
+            done = Some(done.map_or(wc.wr_id, |d: u64| d.max(wc.wr_id)));
+        }
+        if let Some(token) = done {
+            engine.handle_send_complete(now, path, token);
+        }
+        n
+    }
+
+    /// Receive completions: each frame goes to the engine in order; a refused frame (and
+    /// everything behind it) stays and is offered again on the next poll. Taken buffers
+    /// are reposted at once and reported as credits.
+    pub(crate) fn poll_recv(
+        &mut self,
+        engine: &mut RdsEngine,
+        now: Instant,
+        path: PathId,
+        wcs: &mut [Completion],
+        scratch: &mut [u8; RECV_BUF],
+        stats: &mut FabricStats,
+    ) -> usize {
+        // Drain the queue (a batch at a time, at most a ring's worth): after a pause the
+        // peer's whole window is taken in one iteration, and one credit update covers it.
+        let mut polled = 0usize;
+        loop {
+            let n = self.res.rcq.poll(wcs);
+            polled += n;
+            if self.state == LinkState::Broken {
+                return polled;
+            }
+            for wc in &wcs[..n] {
+                if wc.status != WcStatus::Success {
+                    self.fail(engine, now, path, stats);
+                    return polled;
+                }
+                // The provider fills only what we posted; anything else is a broken
+                // provider or a hostile one: reset this connection.
+                if wc.wr_id >= u64::from(self.res.recv_depth)
+                    || wc.byte_len as usize > RECV_BUF
+                    || self.pending.len() >= self.res.recv_depth as usize
+                {
+                    stats.rx_bad += 1;
+                    self.fail(engine, now, path, stats);
+                    return polled;
+                }
+                self.pending.push_back((wc.wr_id as u32, wc.byte_len));
+            }
+            if n < wcs.len() || polled >= self.res.recv_depth as usize {
+                break;
+            }
+        }
+        let mut batch = [0u32; REPOST_BATCH];
+        let (mut k, mut taken) = (0usize, 0u32);
+        while let Some(&(idx, len)) = self.pending.front() {
+            let len = len as usize;
+            let buf = &mut scratch[..len];
+            self.res.ring.copy_out(idx as usize * RECV_BUF, buf);
+            let (header, payload) = buf.split_at(len.min(HEADER_LEN));
+            if engine.handle_frame(now, path, header, payload).is_err() {
+                stats.rx_refused += 1;
+                break;
+            }
+            self.pending.pop_front();
+            stats.rx_frames += 1;
+            batch[k] = idx;
+            k += 1;
+            if k == REPOST_BATCH {
+                if !self.repost(&batch) {
+                    self.fail(engine, now, path, stats);
+                    return polled;
+                }
+                taken += k as u32;
+                k = 0;
+            }
+        }
+        if k > 0 {
+            if !self.repost(&batch[..k]) {
+                self.fail(engine, now, path, stats);
+                return polled;
+            }
+            taken += k as u32;
+        }
+        if taken > 0 {
+            engine.handle_recv_posted(now, path, taken);
+        }
+        polled + taken as usize
+    }
+
+    /// Posts the receive buffers `idxs` again, in one call.
+    fn repost(&mut self, idxs: &[u32]) -> bool {
+        let mut sges = [[Sge::default(); 1]; REPOST_BATCH];
+        for (s, &i) in sges.iter_mut().zip(idxs) {
+            s[0] = self.res.recv_sge(i);
+        }
+        let mut wrs = [RecvWr { wr_id: 0, sgl: &[] }; REPOST_BATCH];
+        for (k, &i) in idxs.iter().enumerate() {
+            wrs[k] = RecvWr {
+                wr_id: u64::from(i),
+                sgl: &sges[k],
+            };
+        }
+        self.qp.post_recv(&wrs[..idxs.len()]).is_ok()
+    }
+
+    /// Posts one frame: inline when it fits, else the header (copied to its slot) and the
+    /// payload's fragment as two scatter entries of the registrations.
+    pub(crate) fn transmit(
+        &mut self,
+        engine: &RdsEngine,
+        frag_mr: &P::Mr,
+        frame: &TxFrame,
+        signal_every: u32,
+        stats: &mut FabricStats,
+    ) -> Result<(), PostError> {
+        let signaled =
+            frame.last || frame.kind == FrameKind::Ack || self.unsignaled + 1 >= signal_every;
+        let flags = if signaled {
+            self.unsignaled = 0;
+            SendFlags::SIGNALED
+        } else {
+            self.unsignaled += 1;
+            SendFlags::NONE
+        };
+        let len = frame.wire_len();
+        let frags = engine.frags();
+        if len <= self.inline_max {
+            let buf = &mut self.inline_buf;
+            buf[..HEADER_LEN].copy_from_slice(&frame.header);
+            let mut at = HEADER_LEN;
+            for (off, n) in frame.payload.segments(frags) {
+                frags.region().copy_out(off, &mut buf[at..at + n]);
+                at += n;
+            }
+            stats.tx_inline += 1;
+            stats.tx_frames += 1;
+            return self.qp.post_send(&[SendWr {
+                wr_id: frame.token,
+                op: SendOp::Send,
+                payload: Payload::Inline(&buf[..len]),
+                flags,
+            }]);
+        }
+        let slot = (frame.token % u64::from(self.res.hdr_slots)) as usize;
+        let hoff = self.res.recv_depth as usize * RECV_BUF + slot * HDR_SLOT;
+        self.res.ring.copy_in(hoff, &frame.header);
+        let mut sgl = [Sge::default(); 2];
+        sgl[0] = self.res.mr.sge(hoff, HEADER_LEN as u32);
+        let mut k = 1;
+        for (off, n) in frame.payload.segments(frags) {
+            if k == sgl.len() {
+                // A message-flavour frame carries one fragment; more is a caller bug.
+                return Err(PostError {
+                    index: 0,
+                    kind: dp_fabric::PostErrorKind::TooManySge,
+                });
+            }
+            sgl[k] = frag_mr.sge(off, n as u32);
+            k += 1;
+        }
+        stats.tx_frames += 1;
+        self.qp.post_send(&[SendWr {
+            wr_id: frame.token,
+            op: SendOp::Send,
+            payload: Payload::Sgl(&sgl[..k]),
+            flags,
+        }])
+    }
+}

@@ -1,0 +1,436 @@
+//! [`FabricTransport`]: RDS-IB's transport over any dp-fabric provider. Connection
+//! management (listen, connect, accept with RDS-IB's private data, events) and the
+//! dispatch of the data path to each connection's [`Link`].
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+
+use dp_fabric::Access;
+use dp_fabric::{
+    CmChannel, CmEvent, Completion, ConnId, ConnRequest, Device, FabricError, ListenId,
+    ProtectionDomain, Provider,
+};
+use lcore::time::Instant;
+
+use super::config::{FabricConfig, FabricStats, RECV_BUF};
+use super::link::{INLINE_CAP, Link, LinkRes, LinkState};
+use crate::engine::{Accept, Incoming, RdsEngine, Reject, TransportCmd, TransportKind};
+use crate::path::{PathId, TxFrame};
+use crate::transport::Transport;
+use crate::wire::ib::{IbConnPrivRepr, REJ_INCOMPAT};
+
+/// RDS over a fabric provider: one RC queue pair per path, connected through the
+/// provider's CM with RDS-IB's `rds_ib_connect_private` (protocol 3.1, the bytes the
+/// kernel sends), a ring of header + 4 KiB receive buffers per connection whose count is
+/// the peer's credit, frames posted as SENDs straight from the engine's fragment region
+/// (registered once), and send completions reported cumulatively.
+///
+/// A connection that fails (CM disconnect, error completion, a peer's violation found by
+/// the engine) is reported to the engine, which resets the path, retransmits what was
+/// unacked on the next connection, and reconnects with RDS's backoff. Nothing a peer does
+/// reaches another connection.
+pub struct FabricTransport<P: Provider> {
+    cfg: FabricConfig,
+    /// Declared before the device: every queue pair is dropped before the channel and the
+    /// protection domain it was made from.
+    links: HashMap<PathId, Link<P>>,
+    by_conn: HashMap<ConnId, PathId>,
+    listeners: Vec<(ListenId, SocketAddr)>,
+    frag_mr: P::Mr,
+    cm: P::Cm,
+    pd: P::Pd,
+    dev: P::Device,
+    send_depth: u32,
+    next_cm: Instant,
+    wcs: Vec<Completion>,
+    scratch: Box<[u8; RECV_BUF]>,
+    stats: FabricStats,
+    name: String,
+}
+
+impl<P: Provider> core::fmt::Debug for FabricTransport<P> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("FabricTransport")
+            .field("provider", &P::NAME)
+            .field("links", &self.links.len())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a fabric transport could not be made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FabricTransportError {
+    /// The settings are unusable.
+    #[error("RDS fabric transport: {0}")]
+    Config(&'static str),
+    /// The engine lists no message transport (`TransportSpec::ib()`), so no path of it
+    /// could ever be carried.
+    #[error(
+        "RDS fabric transport: the engine has no Ib transport; add TransportSpec::ib() to RdsConfig::transports"
+    )]
+    NoIbTransport,
+    /// The provider failed.
+    #[error("RDS fabric transport: {0}")]
+    Fabric(#[from] FabricError),
+}
+
+impl<P: Provider> FabricTransport<P> {
+    /// A transport on `dev` for `engine`: allocates the protection domain and the CM
+    /// channel, registers the engine's fragment region once (the payload of every frame
+    /// is sent from it), and listens on every local address the engine has now (add
+    /// later ones with [`Transport::add_local_addr`]).
+    ///
+    /// # Errors
+    ///
+    /// Bad settings, an engine without an Ib transport, or the provider's failure.
+    pub fn new(
+        dev: P::Device,
+        engine: &RdsEngine,
+        mut cfg: FabricConfig,
+    ) -> Result<Self, FabricTransportError> {
+        cfg.check().map_err(FabricTransportError::Config)?;
+        let spec = engine
+            .config()
+            .transports
+            .iter()
+            .find(|t| t.kind == TransportKind::Ib)
+            .ok_or(FabricTransportError::NoIbTransport)?;
+        cfg.inline_max = cfg
+            .inline_max
+            .min(INLINE_CAP as u32)
+            .min(dev.attr().max_inline_data);
+        let pd = dev.alloc_pd()?;
+        let cm = dev.create_cm_channel()?;
+        let region = engine.frags().region();
+        let frag_mr = pd.reg_region(region, 0, region.len(), Access::NONE)?;
+        let mut t = Self {
+            send_depth: spec.path.send_depth,
+            wcs: vec![Completion::default(); cfg.cq_batch],
+            scratch: Box::new([0; RECV_BUF]),
+            name: format!("{}-ring", engine.config().name),
+            cfg,
+            links: HashMap::new(),
+            by_conn: HashMap::new(),
+            listeners: Vec::new(),
+            frag_mr,
+            cm,
+            pd,
+            dev,
+            next_cm: Instant::ZERO,
+            stats: FabricStats::default(),
+        };
+        for ip in engine.local_addrs() {
+            t.listen(ip)?;
+        }
+        Ok(t)
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &FabricStats {
+        &self.stats
+    }
+
+    /// Live connections (any state).
+    pub fn links(&self) -> usize {
+        self.links.len()
+    }
+
+    /// The settings in force (after clamping to the device).
+    pub fn config(&self) -> &FabricConfig {
+        &self.cfg
+    }
+
+    /// Disconnects the connection of `path` from our side, as a peer or the network
+    /// would (the CM disconnect reaches both ends). For tests and tools that exercise
+    /// reconnection; returns false if the path has no connection.
+    pub fn disconnect(&mut self, path: PathId) -> bool {
+        match self.links.get(&path) {
+            Some(l) => self.cm.disconnect(l.conn).is_ok(),
+            None => false,
+        }
+    }
+
+    /// The paths that have a connection.
+    pub fn paths(&self) -> impl Iterator<Item = PathId> + '_ {
+        self.links.keys().copied()
+    }
+
+    fn port_for(&self, ip: IpAddr) -> u16 {
+        if ip.is_ipv4() {
+            self.cfg.port_v4
+        } else {
+            self.cfg.port_v6
+        }
+    }
+
+    fn listen(&mut self, ip: IpAddr) -> Result<(), FabricError> {
+        let addr = SocketAddr::new(ip, self.port_for(ip));
+        if self.listeners.iter().any(|(_, a)| *a == addr) {
+            return Ok(());
+        }
+        let id = self.cm.listen(addr, 128)?;
+        self.listeners.push((id, addr));
+        Ok(())
+    }
+
+    fn new_res(&self) -> Result<LinkRes<P>, FabricError> {
+        LinkRes::new(&self.dev, &self.pd, &self.cfg, self.send_depth, &self.name)
+    }
+
+    /// Drops a connection: disconnects it and destroys its queue pair, after which nothing
+    /// posted on it can complete or touch memory.
+    fn remove(&mut self, path: PathId) -> bool {
+        let Some(link) = self.links.remove(&path) else {
+            return false;
+        };
+        self.by_conn.remove(&link.conn);
+        let _ = self.cm.disconnect(link.conn);
+        drop(link);
+        true
+    }
+
+    /// Dials the peer for `path` (`rds_ib_conn_path_connect`): receives are posted and
+    /// reported first, so the request's private data grants them as initial credits.
+    fn connect(&mut self, engine: &mut RdsEngine, now: Instant, path: PathId, faddr: IpAddr) {
+        self.remove(path);
+        let Ok(res) = self.new_res() else {
+            self.stats.connect_failures += 1;
+            engine.handle_connect_failed(now, path);
+            return;
+        };
+        engine.handle_recv_posted(now, path, res.recv_depth);
+        let Some(private) = engine.connect_private(path) else {
+            return;
+        };
+        let (bytes, n) = private.to_bytes();
+        let dst = SocketAddr::new(faddr, self.port_for(faddr));
+        let init = res.init(&self.pd, &self.cfg);
+        let r = self
+            .cm
+            .connect_prepared(dst, &init, &bytes[..n], &mut |qp| res.post_all_recvs(qp));
+        match r {
+            Ok((conn, qp)) => {
+                self.stats.connects += 1;
+                self.by_conn.insert(conn, path);
+                self.links
+                    .insert(path, Link::new(qp, res, conn, LinkState::Connecting));
+            }
+            Err(_) => {
+                self.stats.connect_failures += 1;
+                engine.handle_connect_failed(now, path);
+            }
+        }
+    }
+
+    /// A peer dials us (`rds_ib_cm_handle_connect`). The private data names the
+    /// connection: its destination must be the address the request reached.
+    fn incoming(&mut self, engine: &mut RdsEngine, now: Instant, request: P::ConnRequest) {
+        let local = request.local_addr();
+        let v6 = local.is_ipv6();
+        let parsed = IbConnPrivRepr::parse(request.private_data(), v6);
+        let Ok(p) = parsed.map_err(|_| ()).and_then(|p| {
+            if p.daddr == local.ip() {
+                Ok(p)
+            } else {
+                Err(())
+            }
+        }) else {
+            self.stats.bad_requests += 1;
+            self.stats.rejects += 1;
+            let _ = self.cm.reject(request, &[]);
+            return;
+        };
+        let req = Incoming {
+            transport: TransportKind::Ib,
+            laddr: p.daddr,
+            faddr: p.saddr,
+            tos: p.tos,
+            path_index: 0,
+            private: request.private_data(),
+        };
+        let (path, version) = match engine.handle_incoming(now, req) {
+            Accept::Yes { path, version } => (path, version),
+            Accept::No(why) => {
+                self.stats.rejects += 1;
+                let code = REJ_INCOMPAT.to_ne_bytes();
+                let data: &[u8] = match why {
+                    Reject::Incompatible(_) => &code,
+                    Reject::NotLocal | Reject::Busy | Reject::NoMemory => &[],
+                };
+                let _ = self.cm.reject(request, data);
+                return;
+            }
+        };
+        // The engine accepted: the path was down, so an old connection of it is stale.
+        self.remove(path);
+        let Ok(res) = self.new_res() else {
+            self.stats.rejects += 1;
+            let _ = self.cm.reject(request, &[]);
+            engine.handle_transport_error(now, path);
+            engine.handle_transport_down(now, path);
+            return;
+        };
+        engine.handle_recv_posted(now, path, res.recv_depth);
+        let Some(private) = engine.accept_private(path, version) else {
+            return;
+        };
+        let (bytes, n) = private.to_bytes();
+        let init = res.init(&self.pd, &self.cfg);
+        let r = self
+            .cm
+            .accept_prepared(request, &init, &bytes[..n], &mut |qp| {
+                res.post_all_recvs(qp)
+            });
+        match r {
+            Ok((conn, qp)) => {
+                self.stats.accepts += 1;
+                self.by_conn.insert(conn, path);
+                self.links
+                    .insert(path, Link::new(qp, res, conn, LinkState::Accepting));
+            }
+            Err(_) => {
+                self.stats.rejects += 1;
+                engine.handle_transport_error(now, path);
+                engine.handle_transport_down(now, path);
+            }
+        }
+    }
+
+    /// Connection events.
+    fn poll_cm(&mut self, engine: &mut RdsEngine, now: Instant) -> usize {
+        let mut work = 0;
+        while let Some(ev) = self.cm.poll_event() {
+            work += 1;
+            match ev {
+                CmEvent::ConnectRequest { request, .. } => self.incoming(engine, now, request),
+                CmEvent::Established { conn, private_data } => {
+                    let Some(&path) = self.by_conn.get(&conn) else {
+                        continue;
+                    };
+                    let Some(link) = self.links.get_mut(&path) else {
+                        continue;
+                    };
+                    let reply: &[u8] = match link.state {
+                        LinkState::Connecting => private_data.as_bytes(),
+                        LinkState::Accepting => &[],
+                        LinkState::Up | LinkState::Broken => continue,
+                    };
+                    link.state = LinkState::Up;
+                    self.stats.established += 1;
+                    engine.handle_connected(now, path, reply);
+                }
+                CmEvent::Rejected { conn, .. } | CmEvent::Unreachable { conn, .. } => {
+                    let Some(&path) = self.by_conn.get(&conn) else {
+                        continue;
+                    };
+                    if self.links.get(&path).map(|l| l.state) == Some(LinkState::Connecting) {
+                        self.remove(path);
+                        self.stats.connect_failures += 1;
+                        engine.handle_connect_failed(now, path);
+                    }
+                }
+                CmEvent::Disconnected { conn } => {
+                    let Some(&path) = self.by_conn.get(&conn) else {
+                        continue;
+                    };
+                    if let Some(link) = self.links.get_mut(&path) {
+                        link.fail(engine, now, path, &mut self.stats);
+                    }
+                }
+                CmEvent::DeviceRemoval => {
+                    for (&path, link) in &mut self.links {
+                        link.fail(engine, now, path, &mut self.stats);
+                    }
+                }
+            }
+        }
+        work
+    }
+}
+
+impl<P: Provider> Transport for FabricTransport<P> {
+    fn kind(&self) -> TransportKind {
+        TransportKind::Ib
+    }
+
+    fn add_local_addr(&mut self, ip: IpAddr) -> std::io::Result<()> {
+        self.listen(ip).map_err(|e| {
+            std::io::Error::other(format!(
+                "RDS fabric transport: cannot listen on {ip} port {}: {e}; is another RDS node using this address?",
+                self.port_for(ip)
+            ))
+        })
+    }
+
+    fn counters(&self, f: &mut dyn FnMut(&'static str, u64)) {
+        for (k, v) in self.stats.iter() {
+            f(k, v);
+        }
+    }
+
+    fn reset_all(&mut self) -> usize {
+        let cm = &mut self.cm;
+        self.links
+            .values()
+            .filter(|l| cm.disconnect(l.conn).is_ok())
+            .count()
+    }
+
+    fn poll(&mut self, engine: &mut RdsEngine, now: Instant) -> usize {
+        let mut work = 0;
+        if now >= self.next_cm {
+            self.next_cm = now.saturating_add(self.cfg.cm_interval);
+            work += self.poll_cm(engine, now);
+        }
+        for (&path, link) in &mut self.links {
+            // Frames of a connection count only once the engine knows it is up (a passive
+            // side hears the peer's ready-to-use after the peer may have sent): until
+            // then its completions wait in the queue.
+            if link.state == LinkState::Connecting || link.state == LinkState::Accepting {
+                continue;
+            }
+            work += link.poll_send(engine, now, path, &mut self.wcs, &mut self.stats);
+            work += link.poll_recv(
+                engine,
+                now,
+                path,
+                &mut self.wcs,
+                &mut self.scratch,
+                &mut self.stats,
+            );
+        }
+        work
+    }
+
+    fn command(&mut self, engine: &mut RdsEngine, now: Instant, cmd: TransportCmd) {
+        match cmd {
+            TransportCmd::Connect { path, faddr, .. } => self.connect(engine, now, path, faddr),
+            TransportCmd::Disconnect { path } => {
+                if self.remove(path) {
+                    self.stats.teardowns += 1;
+                }
+                engine.handle_transport_down(now, path);
+            }
+        }
+    }
+
+    fn transmit(&mut self, engine: &mut RdsEngine, now: Instant, path: PathId, frame: TxFrame) {
+        let Some(link) = self.links.get_mut(&path) else {
+            self.stats.tx_no_link += 1;
+            return;
+        };
+        if link.state != LinkState::Up {
+            self.stats.tx_no_link += 1;
+            return;
+        }
+        let every = self.cfg.signal_every;
+        if link
+            .transmit(engine, &self.frag_mr, &frame, every, &mut self.stats)
+            .is_err()
+        {
+            link.fail(engine, now, path, &mut self.stats);
+        }
+    }
+}

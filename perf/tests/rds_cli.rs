@@ -1,0 +1,148 @@
+//! `dp-perf rds-stress` and `rds-ping` end to end with `--pair` (two RDS nodes over shm in
+//! one process): the JSON shapes the perf lab's checks read, exactly, with real
+//! measurements; the table's rds-stress columns; bad options refused with a clear line.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn dp_perf(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dp-perf"))
+        .args(args)
+        .output()
+        .expect("run dp-perf")
+}
+
+fn ok_stdout(args: &[&str]) -> String {
+    let out = dp_perf(args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+fn one_object(args: &[&str], key: &str, fields: &[&str]) -> Value {
+    let out = ok_stdout(args);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "{args:?}: one JSON object on one line: {out}"
+    );
+    let v: Value = serde_json::from_str(lines[0]).expect("JSON");
+    let obj = v.as_object().expect("an object");
+    assert_eq!(obj.len(), 1, "only {key} at the top: {v}");
+    let inner = v[key]
+        .as_object()
+        .unwrap_or_else(|| panic!("{key} missing in {v}"));
+    let mut got: Vec<&str> = inner.keys().map(String::as_str).collect();
+    let mut want = fields.to_vec();
+    got.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(got, want, "exactly these fields: {v}");
+    v[key].clone()
+}
+
+#[test]
+fn rds_stress_pair_prints_the_documented_object() {
+    let v = one_object(
+        &[
+            "rds-stress",
+            "--pair",
+            "-q",
+            "64",
+            "-T",
+            "5",
+            "--json",
+            "--quick",
+        ],
+        "rds_stress",
+        &["msgs_per_sec", "gbps", "tasks", "req_size", "sockets"],
+    );
+    assert!(v["msgs_per_sec"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["gbps"].as_f64().unwrap() > 0.0, "{v}");
+    assert_eq!(v["tasks"], 1);
+    assert_eq!(v["req_size"], 64);
+    assert_eq!(v["sockets"], 1);
+    let v = one_object(
+        &[
+            "rds-stress",
+            "--pair",
+            "-q",
+            "256",
+            "-t",
+            "2",
+            "-d",
+            "4",
+            "--sockets",
+            "64",
+            "-o",
+            "--json",
+            "--quick",
+        ],
+        "rds_stress",
+        &["msgs_per_sec", "gbps", "tasks", "req_size", "sockets"],
+    );
+    assert_eq!(
+        (v["tasks"].as_u64(), v["sockets"].as_u64()),
+        (Some(2), Some(64))
+    );
+    let rate = v["msgs_per_sec"].as_f64().unwrap();
+    let gbps = v["gbps"].as_f64().unwrap();
+    assert!(
+        rate > 0.0 && (gbps - rate * 256.0 * 8.0 / 1e9).abs() < 1e-9,
+        "{v}"
+    );
+}
+
+#[test]
+fn rds_stress_table_has_rds_stress_columns() {
+    let out = ok_stdout(&["rds-stress", "--pair", "-q", "1K", "-d", "8", "--quick"]);
+    let head = out.lines().next().expect("a header line");
+    for col in [
+        "tsks",
+        "tx/s",
+        "rx/s",
+        "tx+rx K/s",
+        "mbi K/s",
+        "mbo K/s",
+        "tx us/c",
+        "rtt us",
+        "cpu %",
+    ] {
+        assert!(head.contains(col), "column {col} missing: {head}");
+    }
+    assert!(out.contains("(average)"), "{out}");
+}
+
+#[test]
+fn rds_ping_pair_prints_the_documented_object() {
+    let v = one_object(
+        &["rds-ping", "--pair", "-c", "200", "--json"],
+        "rds_ping",
+        &["count", "p50_ns", "p99_ns", "p999_ns"],
+    );
+    assert_eq!(v["count"], 200, "every ping answered: {v}");
+    let p50 = v["p50_ns"].as_f64().unwrap();
+    let p99 = v["p99_ns"].as_f64().unwrap();
+    assert!(p50 > 0.0 && p99 >= p50, "{v}");
+}
+
+#[test]
+fn bad_rds_options_are_refused_with_a_reason() {
+    let out = dp_perf(&["rds-stress", "--pair", "-q", "2M"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("at most 1M"), "{err}");
+    let out = dp_perf(&["rds-stress", "-q", "64"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("-r ADDR"));
+    let out = dp_perf(&["rds-ping", "--pair", "-c", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = dp_perf(&["rds-stress", "--pair", "--provider", "verbs"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("two processes"));
+}
