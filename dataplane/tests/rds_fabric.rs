@@ -7,7 +7,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant as StdInstant};
 
 use dataplane::fabric::shm::{Shm, ShmConfig, ShmDevice};
@@ -182,7 +182,11 @@ fn messages_of_every_size_both_ways_arrive_intact_and_in_order() {
     let _ = std::fs::remove_dir_all(d);
 }
 
-/// Sends `count` sequence-numbered messages from one socket while another thread kills
+/// Kills a reset loop must see, however fast the machine sends.
+const MIN_KILLS: u64 = 6;
+
+/// Sends at least `count` sequence-numbered messages from one socket (more if needed, until
+/// the connections have been killed at least [`MIN_KILLS`] times) while another thread kills
 /// every connection every `every`; checks that each arrives exactly once, in order.
 fn reset_loop(tag: &str, count: u64, every: Duration) -> (u64, u64) {
     let d = dir(tag);
@@ -192,8 +196,12 @@ fn reset_loop(tag: &str, count: u64, every: Duration) -> (u64, u64) {
     let sa = sock(&a, aa);
     let sb = sock(&b, ba);
     let stop = Arc::new(AtomicBool::new(false));
+    let killed = Arc::new(AtomicU64::new(0));
+    // The number of messages, once the sender has decided (u64::MAX until then): published
+    // before the last message is sent, so the receiver knows it when that one arrives.
+    let total = Arc::new(AtomicU64::new(u64::MAX));
     let killer = {
-        let (a, b, stop) = (a.clone(), b.clone(), stop.clone());
+        let (a, b, stop, killed) = (a.clone(), b.clone(), stop.clone(), killed.clone());
         std::thread::spawn(move || {
             let mut kills = 0u64;
             let mut k = 0u64;
@@ -205,27 +213,39 @@ fn reset_loop(tag: &str, count: u64, every: Duration) -> (u64, u64) {
                     n.transport_mut(TransportKind::Ib)
                         .map_or(0, |t| t.reset_all()) as u64
                 });
+                killed.store(kills, Ordering::Relaxed);
             }
             kills
         })
     };
     let sender = {
-        let a = a.clone();
+        let (a, killed, total) = (a.clone(), killed.clone(), total.clone());
         std::thread::spawn(move || {
-            for seq in 0..count {
+            let mut seq = 0u64;
+            loop {
+                let last = seq + 1 >= count && killed.load(Ordering::Relaxed) >= MIN_KILLS;
+                if last {
+                    total.store(seq + 1, Ordering::Release);
+                }
                 let msg = pattern(seq, 8 + (seq % 300) as usize);
                 let r = a.send_to(sa, ba, &msg, Some(Duration::from_secs(30)));
                 assert_eq!(r, Ok(msg.len()), "send of message {seq}");
+                if last {
+                    break;
+                }
+                seq += 1;
             }
         })
     };
     let mut buf = vec![0u8; 4096];
-    for seq in 0..count {
+    let mut seq = 0u64;
+    while seq < total.load(Ordering::Acquire) {
         let (n, from) = recv(&b, sb, &mut buf);
         assert_eq!(from, aa);
         let got = u64::from_le_bytes(buf[..8].try_into().unwrap());
         assert_eq!(got, seq, "message {seq} lost or duplicated (got {got})");
         assert!(buf[..n] == pattern(seq, n)[..], "payload of message {seq}");
+        seq += 1;
     }
     sender.join().expect("sender");
     stop.store(true, Ordering::Relaxed);
@@ -250,7 +270,9 @@ fn reset_loop(tag: &str, count: u64, every: Duration) -> (u64, u64) {
 #[test]
 fn connection_resets_in_a_loop_lose_and_duplicate_nothing() {
     let (kills, resets) = reset_loop("reset", 20_000, Duration::from_millis(15));
-    eprintln!("20000 messages, {kills} connections killed, {resets} path resets on the sender");
+    eprintln!(
+        "at least 20000 messages, {kills} connections killed, {resets} path resets on the sender"
+    );
     assert!(kills >= 3, "the connection was killed only {kills} times");
     assert!(resets >= 3, "the sender saw {resets} resets");
 }
