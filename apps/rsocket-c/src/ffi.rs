@@ -147,9 +147,10 @@ unsafe fn put_from(r: &Received, out: *mut sockaddr, len: *mut socklen_t) {
 /// # Safety
 /// None beyond C's: no pointer arguments.
 pub(crate) unsafe extern "C" fn rsocket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
-    ret_int(guard(
-        || dispatch!(lib()?, e => e.socket(domain, ty, protocol)),
-    ))
+    ret_int(guard(|| {
+        crate::socket::check_socket_args(domain, ty, protocol)?;
+        dispatch!(lib()?, e => e.socket(domain, ty, protocol))
+    }))
 }
 
 /// `rbind(3)`.
