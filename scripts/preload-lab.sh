@@ -50,9 +50,10 @@ step "device"
 rdma link 2>/dev/null || true
 
 step "1. qperf rc_lat on the system's RDMA CM and verbs"
-pair qperf-rc-system 300 "$bin/qperf -lp 19801" "$bin/qperf $ip -lp 19801 -t 2 -m 64 rc_lat"
+# -cm1: connect through the RDMA CM (RoCE needs it: qperf's own exchange uses LIDs).
+pair qperf-rc-system 300 "$bin/qperf -lp 19801" "$bin/qperf $ip -lp 19801 -cm1 -t 2 -m 64 rc_lat"
 pair qperf-rc-dropin 300 "$root/scripts/with-rsocket $bin/qperf -lp 19802" \
-    "$root/scripts/with-rsocket $bin/qperf $ip -lp 19802 -t 2 -m 64 rc_lat"
+    "$root/scripts/with-rsocket $bin/qperf $ip -lp 19802 -cm1 -t 2 -m 64 rc_lat"
 echo "--- the drop-in is what qperf loaded:"
 "$root/scripts/with-rsocket" bash -c "ldd $bin/qperf | grep librdmacm"
 
@@ -60,8 +61,15 @@ if [ -z "$preload" ]; then
     echo "librspreload.so not found; skipping the reference runs"
 else
     step "2. reference: librdmacm's rsockets through $preload over $dev"
-    pair rstream-s-ref 600 "LD_PRELOAD=$preload rstream -T s -p 19811" \
+    # The invocation: the server runs rstream's default plan (64_lat first: read 64,
+    # write 64), the client a custom one (20000 writes of 64, then 20000 reads).
+    pair rstream-s-ref-mismatched 300 "LD_PRELOAD=$preload rstream -T s -p 19811" \
         "LD_PRELOAD=$preload rstream -T s -s $ip -p 19811 -S 64 -C 20000"
+    # Both ends with the same plan.
+    pair rstream-s-ref-matched 600 "LD_PRELOAD=$preload rstream -T s -p 19812 -S 64 -C 20000" \
+        "LD_PRELOAD=$preload rstream -T s -s $ip -p 19812 -S 64 -C 20000"
+    # Kernel TCP with the invocation, for comparison.
+    pair rstream-tcp-mismatched 300 "rstream -T s -p 19813" "rstream -T s -s $ip -p 19813 -S 64 -C 20000"
     for i in 1 2 3; do
         pair "iperf-tcp-$i" 120 "$bin/iperf -s -p $((19820 + i))" "$bin/iperf -c $ip -p $((19820 + i)) -t 5"
         pair "iperf-ref-$i" 120 "LD_PRELOAD=$preload $bin/iperf -s -p $((19830 + i))" \
