@@ -813,7 +813,10 @@ mod tests {
         assert_eq!(p.a.with(|c, io| c.send(&[8; 10], io)), Ok(10));
         let posted = p.a.st.posted.take().unwrap();
         assert!(posted.iter().any(|w| w.data == [7; 10]));
-        assert!(!posted.iter().any(|w| w.data == [8; 10]), "posted beyond the credit");
+        assert!(
+            !posted.iter().any(|w| w.data == [8; 10]),
+            "posted beyond the credit"
+        );
         assert_eq!(p.a.st.in_flight(), posted.len());
         p.tick(Duration::from_micros(1));
         assert!(p.deliver_due(true));

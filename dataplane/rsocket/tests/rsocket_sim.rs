@@ -204,9 +204,17 @@ fn test_shutdown_write_follows_buffered_bytes() {
         }
         p.step();
         steps += 1;
-        assert!(steps < 100_000, "no end of stream after {} bytes", got.len());
+        assert!(
+            steps < 100_000,
+            "no end of stream after {} bytes",
+            got.len()
+        );
     }
-    assert_eq!(got, (0..40u8).collect::<Vec<_>>(), "every byte before the end");
+    assert_eq!(
+        got,
+        (0..40u8).collect::<Vec<_>>(),
+        "every byte before the end"
+    );
     p.drive();
     assert!(p.a.conn.shutdown_done());
 }

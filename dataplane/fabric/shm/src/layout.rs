@@ -329,10 +329,18 @@ pub(crate) const DOORBELL_SLOTS: usize = 4096;
 
 /// A completion queue's doorbell: bit `i` of word `i / 64` says queue pair slot `i` has new
 /// inbound work; bit `w` of `summary` says word `w` may be non-zero.
+///
+/// `sleepers` and `wake_seq` are the queue's notification (its completion channel): a
+/// poller that found nothing announces itself in `sleepers` and sleeps on the futex
+/// `wake_seq`; a ringer that sees a sleeper bumps `wake_seq` and wakes it. Peers can write
+/// both words: a hostile one can only make this queue's sleeps end early or last until
+/// their timeout, or make its own rings slower.
 #[repr(C)]
 pub(crate) struct Doorbell {
     pub hdr: SegHeader,
-    _pad: [u8; 96],
+    pub(crate) sleepers: AtomicU32,
+    pub(crate) wake_seq: AtomicU32,
+    _pad: [u8; 88],
     summary: CachePadded<AtomicU64>,
     words: [AtomicU64; DOORBELL_SLOTS / 64],
 }
@@ -354,13 +362,59 @@ impl Doorbell {
     pub(crate) fn ring(&self, slot: u32) {
         let w = (slot / 64) as usize % self.words.len();
         let bit = 1u64 << (slot % 64);
-        // D1: AcqRel RMW; the Release half pairs with D3 in `take` and publishes the work
-        // written before this call.
-        let prev = self.words[w].fetch_or(bit, Ordering::AcqRel);
+        // D1: SeqCst RMW; its Release half pairs with D3 in `take` and publishes the work
+        // written before this call; SeqCst for N1 below.
+        let prev = self.words[w].fetch_or(bit, Ordering::SeqCst);
         if prev == 0 {
             // D2: Release, pairs with D4 in `take`.
             self.summary.fetch_or(1 << w, Ordering::Release);
         }
+        // N1: SeqCst load, pairs with N2 in `arm` (store then load on both sides): either
+        // this load sees the sleeper, or the sleeper's poll after its arm sees the work
+        // published before D1. On x86 D1 is a locked instruction (a full barrier) and this a
+        // plain load; on AArch64 the release RMW orders before this acquire load (RCsc).
+        // Sleeps are bounded by their timeout besides. No sleeper: no system call.
+        self.wake_sleepers();
+    }
+
+    /// Wakes the pollers sleeping on this doorbell, if any announced themselves (N1: see
+    /// `ring`). Call after publishing the work they should see.
+    #[inline]
+    pub(crate) fn wake_sleepers(&self) {
+        if self.sleepers.load(Ordering::SeqCst) != 0 {
+            self.wake();
+        }
+    }
+
+    /// Wakes every poller sleeping on this doorbell.
+    #[cold]
+    pub(crate) fn wake(&self) {
+        // Relaxed: the futex compares the value itself; ordering is N1/N2's.
+        self.wake_seq.fetch_add(1, Ordering::Relaxed);
+        dp_fabric::sys::futex_wake(&self.wake_seq);
+    }
+
+    /// Announces a sleeping poller; returns the token for [`Doorbell::sleep`].
+    pub(crate) fn arm(&self) -> u32 {
+        // N2: SeqCst RMW then a SeqCst fence, pairs with N1 in `ring`: the poll the caller
+        // makes next sees any work rung before this, or its ringer sees the sleeper.
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        self.wake_seq.load(Ordering::Acquire)
+    }
+
+    /// Sleeps until a ring after the arm that returned `token`, or `timeout`; disarms.
+    pub(crate) fn sleep(&self, token: u32, timeout: std::time::Duration) {
+        dp_fabric::sys::futex_wait(&self.wake_seq, token, timeout);
+        self.disarm();
+    }
+
+    /// Ends an arm. Saturating: a peer may have cleared the count.
+    pub(crate) fn disarm(&self) {
+        // SeqCst: part of the N1/N2 protocol's total order.
+        let _ = self
+            .sleepers
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1));
     }
 
     /// Takes every set bit, calling `f(slot)` for each.

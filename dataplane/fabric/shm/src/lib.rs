@@ -61,6 +61,8 @@ mod cq_shared;
 mod device;
 mod dgram;
 #[cfg(test)]
+mod doorbell_tests;
+#[cfg(test)]
 mod hostile_tests;
 mod layout;
 mod link;

@@ -63,7 +63,7 @@ use crate::arena::{ARENA_CHUNK, Arena};
 use crate::conn::{Ready, Shutdown};
 use crate::error::RsError;
 use crate::opts::{RsConfig, SockOpt, SockOptName, SockOpts};
-use crate::wait::Waiter;
+use crate::wait::{Armed, Waiter};
 use dp_fabric::{CmChannel, Device, FabricError, Provider};
 
 mod control;
@@ -311,6 +311,7 @@ impl<P: Provider> RsContext<P> {
     pub fn send(&self, id: SockId, data: &[u8], flags: SendFlagsRs) -> Result<usize, RsError> {
         let mut done = 0usize;
         let mut w = Waiter::new(self.polling_time);
+        let mut armed: Option<Armed> = None;
         loop {
             let (r, nonblocking) = {
                 let mut c = self.data();
@@ -336,7 +337,7 @@ impl<P: Provider> RsContext<P> {
             if data.is_empty() {
                 return Ok(0);
             }
-            w.wait();
+            self.wait(id, &mut w, &mut armed);
         }
     }
 
@@ -348,6 +349,7 @@ impl<P: Provider> RsContext<P> {
     pub fn recv(&self, id: SockId, buf: &mut [u8], flags: RecvFlags) -> Result<usize, RsError> {
         let mut done = 0usize;
         let mut w = Waiter::new(self.polling_time);
+        let mut armed: Option<Armed> = None;
         loop {
             let (r, nonblocking) = {
                 let mut c = self.data();
@@ -373,8 +375,30 @@ impl<P: Provider> RsContext<P> {
             if buf.is_empty() {
                 return Ok(0);
             }
-            w.wait();
+            self.wait(id, &mut w, &mut armed);
         }
+    }
+
+    /// One wait of a blocking send or receive on stream `id` that found nothing to do:
+    /// busy polls for the polling time ([`Waiter`]), then sleeps on the socket's completion
+    /// queue notifier until the peer's next message (as librdmacm blocks on its completion
+    /// channel after `polling_time`), so a waiting thread gives its core to the peer when
+    /// both share one. The caller attempts once between arming and sleeping: a message
+    /// that arrived before the arm is found then, one after it ends the sleep. Without a
+    /// notifier (a provider that has none), the [`Waiter`] yields and naps instead.
+    fn wait(&self, id: SockId, w: &mut Waiter, armed: &mut Option<Armed>) {
+        if let Some(a) = armed.take() {
+            a.sleep();
+            return;
+        }
+        if w.spun_out() {
+            let n = self.data().stream(id).ok().and_then(|st| st.notify.clone());
+            if let Some(n) = n {
+                *armed = Some(Armed::new(n));
+                return;
+            }
+        }
+        w.wait();
     }
 
     /// Shuts down one or both directions (`rshutdown`); waits (always blocking, as in

@@ -4,14 +4,15 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use crate::arena::SockBufs;
 use crate::conn::{Buf, Local, OutOfBounds, RsIo, RsWr, Seg, StreamConn};
 use crate::error::RsError;
 use crate::opts::SockOpts;
 use dp_fabric::{
-    Completion, CompletionQueue, ConnId, FabricError, ListenId, Payload, PostError, PostErrorKind,
-    Provider, RcQueuePair, RecvWr, SendFlags, SendOp, SendWr, Sge,
+    Completion, CompletionQueue, ConnId, CqNotify, FabricError, ListenId, Payload, PostError,
+    PostErrorKind, Provider, RcQueuePair, RecvWr, SendFlags, SendOp, SendWr, Sge,
 };
 
 /// Names a socket of a context.
@@ -57,6 +58,8 @@ pub(super) struct Stream<P: Provider> {
     pub(super) pd: P::Pd,
     pub(super) qp: P::Qp,
     pub(super) cq: P::Cq,
+    /// `cq`'s notifier: blocking calls sleep on it once their polling time is over.
+    pub(super) notify: Option<Arc<dyn CqNotify>>,
     pub(super) conn_id: ConnId,
     pub(super) bufs: SockBufs<P>,
     pub(super) phase: Phase,
