@@ -1,6 +1,6 @@
 //! Small, safe wrappers over the few OS calls the protocol layers need on their control
-//! paths (never on a data path): waiting for descriptors to become readable, and an
-//! eventfd to wake a waiting thread.
+//! paths (never on a data path): waiting for descriptors to become readable, an eventfd to
+//! wake a waiting thread, and the futex a completion queue's sleeping poller waits on.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -82,34 +82,6 @@ impl AsRawFd for EventFd {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn eventfd_wakes_poll() {
-        let e = EventFd::new().unwrap();
-        assert_eq!(
-            poll_readable(&[e.as_raw_fd()], Some(Duration::ZERO)).unwrap(),
-            0
-        );
-        e.notify();
-        assert_eq!(
-            poll_readable(&[e.as_raw_fd()], Some(Duration::ZERO)).unwrap(),
-            1
-        );
-        e.drain();
-        assert_eq!(
-            poll_readable(&[e.as_raw_fd()], Some(Duration::from_millis(1))).unwrap(),
-            0
-        );
-        assert_eq!(
-            poll_readable(&[-1, e.as_raw_fd()], Some(Duration::ZERO)).unwrap(),
-            0
-        );
-    }
-}
-
 /// Sleeps while `word` holds `expected`, up to `timeout` (`FUTEX_WAIT` on a word that may
 /// live in memory shared between processes, so not `FUTEX_PRIVATE_FLAG`). Returns at once
 /// if the word already differs; spurious returns are possible, callers re-check.
@@ -141,5 +113,33 @@ pub fn futex_wake(word: &std::sync::atomic::AtomicU32) {
     // SAFETY: word is a live, aligned u32; FUTEX_WAKE only looks up its address.
     unsafe {
         libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eventfd_wakes_poll() {
+        let e = EventFd::new().unwrap();
+        assert_eq!(
+            poll_readable(&[e.as_raw_fd()], Some(Duration::ZERO)).unwrap(),
+            0
+        );
+        e.notify();
+        assert_eq!(
+            poll_readable(&[e.as_raw_fd()], Some(Duration::ZERO)).unwrap(),
+            1
+        );
+        e.drain();
+        assert_eq!(
+            poll_readable(&[e.as_raw_fd()], Some(Duration::from_millis(1))).unwrap(),
+            0
+        );
+        assert_eq!(
+            poll_readable(&[-1, e.as_raw_fd()], Some(Duration::ZERO)).unwrap(),
+            0
+        );
     }
 }

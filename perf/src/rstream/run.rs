@@ -309,7 +309,7 @@ impl RstreamArgs {
             transport: t.describe(),
             rows: peer.finish(result)?,
             served: None,
-            scale: scale.then(|| Scale {
+            scale: scale.then_some(Scale {
                 sockets: self.sockets,
                 rate: self.rate,
                 latency,
