@@ -749,6 +749,19 @@ fn nonblocking_calls_and_async_connect() {
         }
         assert!(sent > 0);
         assert_eq!(recv_exact(s, sent), vec![9u8; sent]);
+        // Small messages beyond the credits (one per message, rq_size 384 by default) are
+        // taken into the send buffer, and arrive although the sender never calls again:
+        // only the receiver's calls move them.
+        let msg: Vec<u8> = (0..64u8).collect();
+        let mut msgs = 0usize;
+        while (a.rsend)(c, msg.as_ptr().cast(), msg.len(), 0) == 64 {
+            msgs += 1;
+            assert!(msgs < 1 << 20, "the send buffer never fills");
+        }
+        assert_eq!(errno(), libc::EWOULDBLOCK);
+        assert!(msgs > 384, "stopped at the credits: {msgs} messages");
+        let got = recv_exact(s, msgs * 64);
+        assert!(got.chunks(64).all(|m| m == msg.as_slice()), "in order");
         for x in [c, s, l] {
             assert_eq!((a.rclose)(x), 0);
         }

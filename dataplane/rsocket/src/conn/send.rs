@@ -24,6 +24,11 @@
 //! and `riowrite`s wait too (they use the ring as well). The wire is unchanged: every
 //! write is a `Data` message within a granted half and a credit, as a librdmacm peer
 //! expects. A send returns `EWOULDBLOCK` only when the send buffer is full.
+//!
+//! Buffered bytes move only when the connection makes progress, so the socket layer keeps
+//! a list of connections holding some and makes progress on them whenever it makes
+//! progress on any connection of the context; a blocking send returns only once its bytes
+//! are posted, as librdmacm's (see `ctx`).
 
 use super::{
     Buf, Local, OutOfBounds, RS_MAX_TRANSFER, RS_OLAP_START_SIZE, RS_SNDLOWAT, RsIo, RsWr, Seg,
@@ -34,6 +39,13 @@ use crate::wire::{HOST_BIG_ENDIAN, RsMsg, RsOp, RsSge};
 use dp_fabric::RemoteAddr;
 
 impl StreamConn {
+    /// True while bytes accepted by [`send`](Self::send) wait in the send ring for credits:
+    /// the socket layer must keep making progress on this connection (it is written only
+    /// from [`after_completions`](Self::after_completions)).
+    pub fn has_unposted(&self) -> bool {
+        self.unposted > 0
+    }
+
     /// Room to accept a send into the send ring (`POLLOUT` while out of credits).
     pub(super) fn can_buffer(&self) -> bool {
         self.writable

@@ -302,22 +302,36 @@ impl<P: Provider> RsContext<P> {
         }
     }
 
-    /// Sends (`rsend`). A blocking socket blocks until every byte is queued (not
-    /// acknowledged); a non-blocking one returns what it could queue.
+    /// Sends (`rsend`). A blocking socket blocks until every byte is posted (not
+    /// acknowledged), as librdmacm's; a non-blocking one returns what it could queue,
+    /// posted or buffered in the send ring until credits return (which any later call on
+    /// the context moves along; see `conn::send`).
     ///
     /// # Errors
     /// `EWOULDBLOCK` (non-blocking, nothing queued), `ECONNRESET` (closed or reset; never
     /// `EPIPE`), `ENOTCONN`.
     pub fn send(&self, id: SockId, data: &[u8], flags: SendFlagsRs) -> Result<usize, RsError> {
+        if data.is_empty() {
+            // Still reports a closed or unconnected socket.
+            return match self.data().send(id, data) {
+                Err(RsError::WouldBlock) => Ok(0),
+                r => r,
+            };
+        }
         let mut done = 0usize;
         let mut w = Waiter::new(self.polling_time);
         let mut armed: Option<Armed> = None;
         loop {
             let (r, nonblocking) = {
                 let mut c = self.data();
-                let r = c.send(id, &data[done..]);
+                let mut r = c.send(id, &data[done..]);
+                if matches!(r, Err(RsError::WouldBlock)) {
+                    // Completions not yet polled may have freed room (as `recv` does).
+                    c.progress_one(id);
+                    r = c.send(id, &data[done..]);
+                }
                 let nb = c.sock(id)?.nonblocking || flags.dontwait;
-                if r.is_err() || done + r.unwrap_or(0) < data.len() {
+                if r.is_err() || done + r.unwrap_or(0) < data.len() || c.has_unposted(id) {
                     c.progress_one(id);
                 }
                 (r, nb)
@@ -325,10 +339,17 @@ impl<P: Provider> RsContext<P> {
             match r {
                 Ok(n) => {
                     done += n;
-                    if done == data.len() || nonblocking {
+                    if nonblocking {
                         return Ok(done);
                     }
-                    w.reset();
+                    if done == data.len() {
+                        // Blocking: returns once the bytes are posted, not only buffered.
+                        if !self.data().has_unposted(id) {
+                            return Ok(done);
+                        }
+                    } else {
+                        w.reset();
+                    }
                 }
                 Err(RsError::WouldBlock) if !nonblocking => {}
                 Err(RsError::WouldBlock) if done > 0 => return Ok(done),
@@ -392,7 +413,16 @@ impl<P: Provider> RsContext<P> {
             return;
         }
         if w.spun_out() {
-            let n = self.data().stream(id).ok().and_then(|st| st.notify.clone());
+            // Not while sockets' buffered sends wait for credits: this thread moves them
+            // along, and their credits ring their own queues, not this one.
+            let n = {
+                let mut c = self.data();
+                if c.unposted.is_empty() {
+                    c.stream(id).ok().and_then(|st| st.notify.clone())
+                } else {
+                    None
+                }
+            };
             if let Some(n) = n {
                 *armed = Some(Armed::new(n));
                 return;
