@@ -44,7 +44,8 @@
 //! # Modules, bottom up
 //!
 //! Each module uses only modules listed before it (`scripts/check-imports.py` checks it):
-//! `util`, `layout` (shared-memory layouts), `msg` (control messages), `place`, `unix`,
+//! `util`, `layout` (shared-memory layouts), `qpseg` (the queue-pair segment and its
+//! inbound slots), `msg` (control messages), `place`, `unix`,
 //! `seg` (segments), `share` (remotely accessible memory in memfds of its own), `remote`
 //! (a peer's key table), `service` (the control thread), `core` (per-device state), `link`
 //! (a connection's control socket), `pd`, `cq_shared`, `rc` and `dgram` (the RC and UD
@@ -64,12 +65,15 @@ mod dgram;
 mod doorbell_tests;
 #[cfg(test)]
 mod hostile_tests;
+#[cfg(test)]
+mod inline_tests;
 mod layout;
 mod link;
 mod msg;
 mod pd;
 mod place;
 mod qp;
+mod qpseg;
 mod rc;
 mod remote;
 mod seg;

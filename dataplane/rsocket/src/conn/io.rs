@@ -2,7 +2,7 @@
 //! the buffers it names, the work requests it emits, the [`RsIo`] it performs them
 //! through, and its configuration, readiness and counters.
 
-use crate::wire::{RS_SGL_SIZE, RsIomap, RsSge};
+use crate::wire::{RS_SGL_SIZE, RsIomap, RsMsg, RsOp, RsSge};
 use dp_fabric::{PostError, RemoteAddr};
 
 /// First chunk of a send; chunks double up to [`RS_MAX_TRANSFER`].
@@ -68,6 +68,17 @@ pub struct RsWr<'a> {
     pub remote: RemoteAddr,
     /// Source.
     pub local: Local<'a>,
+}
+
+impl RsWr<'_> {
+    /// True for a `Data` message: its receiver reads the bytes only after polling the
+    /// message's completion (it queues the message from the completion and reads the
+    /// receive buffer from there), so a provider may place them at poll time
+    /// ([`SendFlags::PLACE_ON_POLL`](dp_fabric::SendFlags::PLACE_ON_POLL)). Credit updates
+    /// write the target list, which the peer reads on its own schedule: not these.
+    pub fn read_after_completion(&self) -> bool {
+        self.imm.is_some_and(|i| RsMsg(i).op() == RsOp::Data)
+    }
 }
 
 /// A local access outside the buffer it names: refused by the [`RsIo`] instead of touching

@@ -179,11 +179,18 @@ impl<P: Provider> RsIo for Io<'_, P> {
                 }
             }
         };
+        // A Data message's bytes may travel in the peer's completion (one cache line pair
+        // between the processes for a small message, on the shm provider).
+        let flags = if wr.read_after_completion() {
+            SendFlags::SIGNALED | SendFlags::PLACE_ON_POLL
+        } else {
+            SendFlags::SIGNALED
+        };
         self.qp.post_send(&[SendWr {
             wr_id: wr.wr_id,
             op,
             payload,
-            flags: SendFlags::SIGNALED,
+            flags,
         }])
     }
 
