@@ -313,18 +313,35 @@ impl QpSegView {
         })
     }
 
-    /// Peer: where the inline payload of message `n` goes: [`SLOT_INLINE`] bytes, written
-    /// before [`push`](Self::push) publishes the message.
+    /// Where a `len`-byte inline payload of message `n` lies: flush with the end of the
+    /// slot, so that one of up to 64 bytes fills only the second line and the sender's
+    /// stores go to one line, then the other (payload, then header and `seq`), instead of
+    /// alternating between them while the owner polls the first. `None` beyond
+    /// [`SLOT_INLINE`].
     #[inline]
-    pub(crate) fn inline_dst(&self, n: u64) -> *mut u8 {
-        self.slot(n).data.get().cast()
+    fn inline_at(&self, n: u64, len: u32) -> Option<*mut u8> {
+        let len = len as usize;
+        (len <= SLOT_INLINE).then(|| {
+            self.slot(n)
+                .data
+                .get()
+                .cast::<u8>()
+                .wrapping_add(SLOT_INLINE - len)
+        })
+    }
+
+    /// Peer: where the `len` bytes (at most [`SLOT_INLINE`]) of message `n`'s inline
+    /// payload go, written before [`push`](Self::push) publishes the message.
+    #[inline]
+    pub(crate) fn inline_dst(&self, n: u64, len: u32) -> Option<*mut u8> {
+        self.inline_at(n, len)
     }
 
     /// Owner: the inline payload of published message `n`, which the peer says is `len`
     /// bytes: `None` if that is more than a slot holds.
     #[inline]
     pub(crate) fn inline_src(&self, n: u64, len: u32) -> Option<*const u8> {
-        (len as usize <= SLOT_INLINE).then(|| self.slot(n).data.get().cast_const().cast())
+        self.inline_at(n, len).map(<*mut u8>::cast_const)
     }
 
     /// Owner: true if message `n` is published (cheap poll, used by scan mode).

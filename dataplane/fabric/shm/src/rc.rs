@@ -420,7 +420,9 @@ impl QpCore {
                 if len > 0 {
                     match self.remote(st, peer, r.rkey, r.addr, len, Access::REMOTE_WRITE) {
                         Some(_) if inline => {
-                            copy_out(&src, peer.view.inline_dst(st.credits_used));
+                            if let Some(to) = peer.view.inline_dst(st.credits_used, len as u32) {
+                                copy_out(&src, to);
+                            }
                         }
                         Some(dst) => gather(&src, dst),
                         None => return Outcome::Done(WcStatus::RemAccessErr, 0),
