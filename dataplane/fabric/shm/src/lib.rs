@@ -24,7 +24,9 @@
 //!
 //! Reliable-connected queue pairs are in order; a WRITE stores its last byte once, after all
 //! the others, so responders may poll it as they do on RDMA hardware (module `place`); a
-//! WRITE with immediate places its data before its completion can be polled; a SEND or
+//! WRITE with immediate places its data before its completion can be polled (one of at most
+//! 80 bytes posted with [`SendFlags::PLACE_ON_POLL`](dp_fabric::SendFlags::PLACE_ON_POLL)
+//! travels in the inbound slot and is placed by that poll, module `qpseg`); a SEND or
 //! WRITE with immediate that finds no receive posted waits (receiver not ready, retried
 //! forever like `rnr_retry = 7`), it is never dropped; remote key, bounds and rights
 //! violations complete with `REM_ACCESS_ERR` and move both queue pairs to the error state;
