@@ -203,3 +203,32 @@ pub struct ConnStats {
     /// The last rule broken (protocol error or refused local access).
     pub last_violation: Option<super::grant::Violation>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wr(imm: Option<u32>) -> RsWr<'static> {
+        RsWr {
+            wr_id: 0,
+            imm,
+            remote: RemoteAddr::default(),
+            local: Local::Empty,
+        }
+    }
+
+    /// Only data messages may be placed when the peer polls them: credit updates write the
+    /// target list (read by the peer's sender whenever it sends), iomap entries its table,
+    /// and plain writes (keepalive, `riowrite`) have no completion at the peer at all.
+    #[test]
+    fn only_data_messages_are_read_after_their_completion() {
+        assert!(wr(Some(RsMsg::with(RsOp::Data, 64).0)).read_after_completion());
+        for op in [RsOp::Sgl, RsOp::IomapSgl, RsOp::Ctrl] {
+            assert!(
+                !wr(Some(RsMsg::with(op, 1).0)).read_after_completion(),
+                "{op:?}"
+            );
+        }
+        assert!(!wr(None).read_after_completion());
+    }
+}
