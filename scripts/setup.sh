@@ -4,6 +4,9 @@
 #   libibverbs-dev librdmacm-dev libclang-dev pkg-config   the `verbs` provider (rdma-sys)
 #   rdmacm-utils                                           Debian's rstream/riostream, for the
 #                                                          librdmacm drop-in tests
+#   qperf iperf sockperf                                   unmodified socket and RDMA CM programs
+#                                                          for the drop-in's preload tests
+#                                                          (apps/rsocket-c/tests/preload.rs)
 #   valgrind                                               memcheck over the C API tests
 #                                                          (scripts/test.sh)
 #   dpdk dpdk-dev                                          dpdk-test, for scripts/bench-vs-dpdk.sh
@@ -12,7 +15,8 @@
 # what is missing.
 set -euo pipefail
 
-pkgs=(libibverbs-dev librdmacm-dev libclang-dev pkg-config rdmacm-utils ibverbs-providers valgrind)
+pkgs=(libibverbs-dev librdmacm-dev libclang-dev pkg-config rdmacm-utils ibverbs-providers valgrind
+      qperf iperf sockperf)
 if [ "${DP_SETUP_DPDK:-0}" = 1 ]; then pkgs+=(dpdk dpdk-dev); fi
 
 missing=()

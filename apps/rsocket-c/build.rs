@@ -1,28 +1,45 @@
 //! Links librdmacm.so with librdmacm's identity: the SONAME `librdmacm.so.1` and a version
-//! script that defines the `RDMACM_1.0` node.
+//! script that defines librdmacm's version nodes (`RDMACM_1.0`, then each later node
+//! inheriting the one before).
 //!
 //! The exported symbols are listed once, in `symbols.txt`. From it this script writes, into
-//! `OUT_DIR`, the version script (`rdmacm.map`: the listed symbols global at `RDMACM_1.0`,
+//! `OUT_DIR`, the version script (`rdmacm.map`: the listed symbols global at their nodes,
 //! everything else local) and `exports.rs`, the `export!` invocations `src/export.rs`
 //! includes to define each symbol as an assembler trampoline, which the version script then
-//! binds to the node. Sections marked `if FEATURE` count only with that feature.
+//! binds to its node. Sections marked `if FEATURE` count only with that feature; sections
+//! marked `at VERSION` put their symbols at that node instead of `RDMACM_1.0`.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-/// The symbols to export, as (module, symbol) in list order.
-fn read_symbols(text: &str) -> Vec<(String, String)> {
+/// The first version node; symbols of sections without `at VERSION` go there.
+const BASE_VERSION: &str = "RDMACM_1.0";
+
+/// One exported symbol.
+struct Symbol {
+    module: String,
+    name: String,
+    version: String,
+}
+
+/// The symbols to export, in list order.
+fn read_symbols(text: &str) -> Vec<Symbol> {
     let is_ident = |s: &str| {
         s.chars()
             .next()
             .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
             && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
     };
+    let is_version = |s: &str| {
+        s.strip_prefix("RDMACM_").is_some_and(|v| {
+            v.split('.').count() == 2 && v.split('.').all(|n| n.parse::<u32>().is_ok())
+        })
+    };
     let mut out = Vec::new();
     let mut seen = BTreeSet::new();
-    // (module, active) of the current section.
-    let mut section: Option<(String, bool)> = None;
+    // (module, active, version) of the current section.
+    let mut section: Option<(String, bool, String)> = None;
     for (n, raw) in text.lines().enumerate() {
         let line = raw.split('#').next().unwrap_or_default().trim();
         let at = || format!("symbols.txt:{}: {raw:?}", n + 1);
@@ -31,26 +48,37 @@ fn read_symbols(text: &str) -> Vec<(String, String)> {
         }
         if let Some(head) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
             let words: Vec<&str> = head.split_whitespace().collect();
+            let base = || BASE_VERSION.to_owned();
             section = Some(match words[..] {
-                [module] if is_ident(module) => (module.to_owned(), true),
+                [module] if is_ident(module) => (module.to_owned(), true, base()),
                 [module, "if", feature] if is_ident(module) => {
                     let var = format!(
                         "CARGO_FEATURE_{}",
                         feature.to_ascii_uppercase().replace('-', "_")
                     );
-                    (module.to_owned(), std::env::var_os(var).is_some())
+                    (module.to_owned(), std::env::var_os(var).is_some(), base())
                 }
-                _ => panic!("{}: expected [MODULE] or [MODULE if FEATURE]", at()),
+                [module, "at", version] if is_ident(module) && is_version(version) => {
+                    (module.to_owned(), true, version.to_owned())
+                }
+                _ => panic!(
+                    "{}: expected [MODULE], [MODULE if FEATURE] or [MODULE at RDMACM_X.Y]",
+                    at()
+                ),
             });
             continue;
         }
         assert!(is_ident(line), "{}: not a symbol name", at());
-        let Some((module, active)) = &section else {
+        let Some((module, active, version)) = &section else {
             panic!("{}: a symbol before the first [MODULE] section", at());
         };
         assert!(seen.insert(line.to_owned()), "{}: listed twice", at());
         if *active {
-            out.push((module.clone(), line.to_owned()));
+            out.push(Symbol {
+                module: module.clone(),
+                name: line.to_owned(),
+                version: version.clone(),
+            });
         }
     }
     out
@@ -64,17 +92,32 @@ fn main() {
     let text = std::fs::read_to_string(dir.join("symbols.txt")).expect("reading symbols.txt");
     let syms = read_symbols(&text);
 
-    let mut map = String::from("RDMACM_1.0 {\n  global:\n");
-    for (_, s) in &syms {
-        writeln!(map, "    {s};").expect("write to a String");
+    // One node per version, in order of first appearance, each inheriting the one before.
+    let mut versions: Vec<&str> = vec![BASE_VERSION];
+    for s in &syms {
+        if !versions.contains(&s.version.as_str()) {
+            versions.push(&s.version);
+        }
     }
-    map.push_str("  local:\n    *;\n};\n");
+    let mut map = String::new();
+    for (i, v) in versions.iter().enumerate() {
+        writeln!(map, "{v} {{\n  global:").expect("write to a String");
+        for s in syms.iter().filter(|s| s.version == *v) {
+            writeln!(map, "    {};", s.name).expect("write to a String");
+        }
+        if i == 0 {
+            map.push_str("  local:\n    *;\n};\n");
+        } else {
+            writeln!(map, "}} {};", versions[i - 1]).expect("write to a String");
+        }
+    }
     let path = out.join("rdmacm.map");
     std::fs::write(&path, map).expect("writing the version script");
 
     let mut rs = String::from("// Generated by build.rs from symbols.txt.\nexport! {\n");
-    for (module, s) in &syms {
-        writeln!(rs, "    {s} => crate::{module}::{s},").expect("write to a String");
+    for s in &syms {
+        writeln!(rs, "    {} => crate::{}::{},", s.name, s.module, s.name)
+            .expect("write to a String");
     }
     rs.push_str("}\n");
     std::fs::write(out.join("exports.rs"), rs).expect("writing exports.rs");

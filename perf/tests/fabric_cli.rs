@@ -165,3 +165,62 @@ fn rstream_rows_match_rstream_and_verify_data() {
     assert_eq!(rows[0]["name"], "custom");
     assert_eq!(rows[0]["xfers"], 20);
 }
+
+/// `--sockets N`: the usual rows, measured on one connection while the other N-1 carry
+/// traffic, and beside them the measured connection's per-round latency and what the
+/// background connections cost and carried.
+#[test]
+fn rstream_sockets_measures_one_of_n_connections() {
+    let p = port(10);
+    let out = json_lines(&[
+        "rstream",
+        "--pair",
+        "--sockets",
+        "16",
+        "--rate",
+        "1000",
+        "-B",
+        "16384",
+        "-S",
+        "64",
+        "-C",
+        "1",
+        "-I",
+        "2000",
+        "--json",
+        "-p",
+        &p,
+    ]);
+    assert_eq!(out.len(), 1);
+    let rows = out[0]["rstream"].as_array().expect("rstream array");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["name"], "custom");
+    assert_eq!(rows[0]["bytes"], 64);
+    assert_eq!(rows[0]["iters"], 2000);
+    num(&rows[0], "usec_per_xfer");
+    let s = &out[0]["sockets"];
+    assert_eq!(s["count"], 16);
+    let lat = &s["latency"][0]["one_way_ns"];
+    assert_eq!(lat["count"], 2000, "one sample per round trip: {s}");
+    assert!(num(lat, "p50") > 0.0);
+    let bg = &s["background"][0];
+    assert_eq!(bg["connections"], 15);
+    assert!(num(bg, "rss_bytes_per_socket") > 0.0, "{s}");
+    assert!(
+        num(bg, "messages_sent") > 0.0,
+        "the background carried nothing: {s}"
+    );
+    assert!(num(bg, "bytes_received") > 0.0, "no echo came back: {s}");
+    // And the usage errors say what to do.
+    let out = dp_perf(&[
+        "rstream",
+        "--pair",
+        "--sockets",
+        "4",
+        "--tcp",
+        "-p",
+        &port(11),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("over rsockets"));
+}

@@ -14,6 +14,12 @@
 //!
 //! `DP_RSOCKET_VERBOSE` (any value) prints the memory regions the engine creates.
 //!
+//! `DP_RSOCKET_SENDTO` chooses what `rsendto`/`rsendmsg` do with a destination address on
+//! a stream socket ([`SendtoMode`]): `librdmacm` (the default) fails with `EISCONN` as
+//! librdmacm does; `linux` ignores the address as Linux TCP does, so programs written for
+//! kernel sockets that pass the peer's address on every send (`sockperf --tcp`) run
+//! through `librspreload.so`. It is read once, when the engine starts.
+//!
 //! If the device cannot be opened, the failing call returns -1 with `errno` set (`ENODEV`
 //! when no device exists) and the reason is printed once to standard error, since no errno
 //! carries it.
@@ -30,10 +36,52 @@ use dataplane::rsocket::RsContext;
 use crate::errno::Errno;
 use crate::handles::Handles;
 
+/// What a send with a destination address does on a stream socket (`DP_RSOCKET_SENDTO`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SendtoMode {
+    /// librdmacm's: `EISCONN` (the default).
+    Librdmacm,
+    /// Linux TCP's: the address is ignored.
+    Linux,
+}
+
+impl SendtoMode {
+    /// The environment variable that chooses the mode.
+    pub(crate) const VAR: &str = "DP_RSOCKET_SENDTO";
+
+    /// The mode a value of [`Self::VAR`] names (unset: the default).
+    ///
+    /// # Errors
+    /// A message saying what was wrong and what to do, for any other value.
+    pub(crate) fn parse(v: Option<&str>) -> Result<Self, String> {
+        match v {
+            None | Some("" | "librdmacm") => Ok(Self::Librdmacm),
+            Some("linux") => Ok(Self::Linux),
+            Some(other) => Err(format!(
+                "{}={other:?} is not a mode; use 'linux' (ignore the address of a send on a \
+                 connected stream, as Linux TCP) or 'librdmacm' (EISCONN, the default)",
+                Self::VAR
+            )),
+        }
+    }
+
+    /// Reads [`Self::VAR`]; an invalid value is reported on standard error and the default
+    /// is used.
+    fn from_env() -> Self {
+        let v = std::env::var(Self::VAR).ok();
+        Self::parse(v.as_deref()).unwrap_or_else(|e| {
+            eprintln!("librdmacm (dataplane rsockets): {e}; using 'librdmacm'");
+            Self::Librdmacm
+        })
+    }
+}
+
 /// The context and handles over one provider.
 pub(crate) struct Engine<P: Provider> {
     pub ctx: RsContext<P>,
     pub handles: Handles<P>,
+    /// What a send with an address does on a stream socket.
+    pub sendto: SendtoMode,
 }
 
 impl<P: Provider> Engine<P> {
@@ -41,6 +89,7 @@ impl<P: Provider> Engine<P> {
         Ok(Self {
             ctx: RsContext::new(dev)?,
             handles: Handles::new(),
+            sendto: SendtoMode::from_env(),
         })
     }
 }
@@ -166,5 +215,26 @@ impl Backoff {
         } else {
             std::thread::sleep(Self::NAP);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SendtoMode;
+
+    #[test]
+    fn sendto_mode_defaults_to_librdmacm_and_refuses_unknown_values() {
+        assert_eq!(SendtoMode::parse(None), Ok(SendtoMode::Librdmacm));
+        assert_eq!(SendtoMode::parse(Some("")), Ok(SendtoMode::Librdmacm));
+        assert_eq!(
+            SendtoMode::parse(Some("librdmacm")),
+            Ok(SendtoMode::Librdmacm)
+        );
+        assert_eq!(SendtoMode::parse(Some("linux")), Ok(SendtoMode::Linux));
+        let e = SendtoMode::parse(Some("Linux")).unwrap_err();
+        assert!(
+            e.contains("DP_RSOCKET_SENDTO") && e.contains("'linux'"),
+            "{e}"
+        );
     }
 }

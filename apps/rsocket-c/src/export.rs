@@ -1,17 +1,17 @@
 //! The exported symbols: one trampoline for each symbol `symbols.txt` lists.
 //!
 //! Each exported function is a one-instruction assembler trampoline that tail-jumps to its
-//! Rust implementation in [`crate::ffi`] (or [`crate::verbs_fwd`]). The trampolines exist
+//! Rust implementation in [`crate::ffi`] (or [`crate::rdmacm_fwd`]). The trampolines exist
 //! for the symbol versions: rustc gives every `#[no_mangle]` symbol of a cdylib its own,
 //! unversioned export, which would win over `build.rs`'s version script; symbols defined in
-//! assembler are left to the script, which binds each to the `RDMACM_1.0` node exactly as
-//! librdmacm does. A tail jump leaves every argument register and the stack untouched, so
+//! assembler are left to the script, which binds each to its version node (`RDMACM_1.0`, ...) exactly
+//! as librdmacm does. A tail jump leaves every argument register and the stack untouched, so
 //! each trampoline is exactly its target's C function, `rfcntl`'s variadic call included.
 //!
 //! `build.rs` makes both the version script and the `export!` invocations below from
 //! `symbols.txt`, the one list of exported names: a symbol listed there gets a trampoline to
-//! the function of the same name in the module of its section (`crate::ffi`, or
-//! `crate::verbs_fwd` with the `verbs` feature), and is exported.
+//! the function of the same name in the module of its section (`crate::ffi` or
+//! `crate::rdmacm_fwd`), and is exported.
 
 macro_rules! export {
     ($($name:ident => $target:path),* $(,)?) => {$(

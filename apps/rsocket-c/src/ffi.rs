@@ -28,7 +28,7 @@ use crate::engine::{Lib, dispatch, lib, started};
 use crate::errno::{Errno, guard, ret_int, ret_size, set_errno};
 use crate::io::Received;
 use crate::poll::{FdSets, select, sys_poll};
-use crate::rdma::{self, RdmaAddrinfo, RdmaEventChannel};
+use crate::rdma::{self, RdmaAddrinfo};
 
 /// The engine, for a call on an existing descriptor: never starts it.
 fn engine() -> Result<&'static Lib, Errno> {
@@ -147,9 +147,10 @@ unsafe fn put_from(r: &Received, out: *mut sockaddr, len: *mut socklen_t) {
 /// # Safety
 /// None beyond C's: no pointer arguments.
 pub(crate) unsafe extern "C" fn rsocket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
-    ret_int(guard(
-        || dispatch!(lib()?, e => e.socket(domain, ty, protocol)),
-    ))
+    ret_int(guard(|| {
+        crate::socket::check_socket_args(domain, ty, protocol)?;
+        dispatch!(lib()?, e => e.socket(domain, ty, protocol))
+    }))
 }
 
 /// `rbind(3)`.
@@ -617,6 +618,15 @@ pub(crate) unsafe extern "C" fn rdma_getaddrinfo(
     hints: *const RdmaAddrinfo,
     res: *mut *mut RdmaAddrinfo,
 ) -> c_int {
+    // SAFETY: hints is null or a valid rdma_addrinfo (caller).
+    if let Some(h) = unsafe { hints.as_ref() }
+        && rdma::needs_rdma_cm(h)
+    {
+        // SAFETY: caller's contract, which the system librdmacm shares.
+        return unsafe {
+            crate::rdmacm_fwd::rdma_getaddrinfo(node, service, hints.cast(), res.cast())
+        };
+    }
     // SAFETY: caller's contract.
     guard(|| Ok(unsafe { rdma::getaddrinfo(node, service, hints, res) })).unwrap_or(libc::EAI_FAIL)
 }
@@ -631,45 +641,4 @@ pub(crate) unsafe extern "C" fn rdma_freeaddrinfo(res: *mut RdmaAddrinfo) {
         unsafe { rdma::freeaddrinfo(res) };
         Ok(())
     });
-}
-
-/// `rdma_create_event_channel(3)`: null with errno on failure.
-///
-/// # Safety
-/// None.
-pub(crate) unsafe extern "C" fn rdma_create_event_channel() -> *mut RdmaEventChannel {
-    #[cfg(feature = "verbs")]
-    let ch = {
-        // SAFETY: the system library's function of the same contract.
-        unsafe { crate::verbs_fwd::rdma_create_event_channel() }.cast()
-    };
-    #[cfg(not(feature = "verbs"))]
-    let ch = match guard(rdma::create_event_channel) {
-        Ok(ch) => ch,
-        Err(Errno(e)) => {
-            set_errno(e);
-            std::ptr::null_mut()
-        }
-    };
-    ch
-}
-
-/// `rdma_destroy_event_channel(3)`.
-///
-/// # Safety
-/// `ch` null or a channel from `rdma_create_event_channel`, unused afterwards.
-pub(crate) unsafe extern "C" fn rdma_destroy_event_channel(ch: *mut RdmaEventChannel) {
-    #[cfg(feature = "verbs")]
-    {
-        // SAFETY: the system library's function of the same contract.
-        unsafe { crate::verbs_fwd::rdma_destroy_event_channel(ch.cast()) };
-    }
-    #[cfg(not(feature = "verbs"))]
-    {
-        let _ = guard(|| {
-            // SAFETY: caller's contract.
-            unsafe { rdma::destroy_event_channel(ch) };
-            Ok(())
-        });
-    }
 }

@@ -37,6 +37,8 @@ pub(crate) struct Extra {
     pub v6only: bool,
     /// `SO_BROADCAST` (datagram sockets).
     pub broadcast: bool,
+    /// `F_SETOWN`'s owner (never signalled: rsockets raise no `SIGIO`/`SIGURG`).
+    pub owner: c_int,
 }
 
 /// A `riomap(PROT_NONE)` mapping: a local-only registration, which nothing in the protocol

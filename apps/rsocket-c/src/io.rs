@@ -12,7 +12,7 @@ use dataplane::fabric::Provider;
 use dataplane::rsocket::{RecvFlags, RsError, SendFlagsRs};
 use libc::c_int;
 
-use crate::engine::Engine;
+use crate::engine::{Engine, SendtoMode};
 use crate::errno::Errno;
 use crate::handles::{Handle, Kind};
 
@@ -60,7 +60,8 @@ impl<P: Provider> Engine<P> {
     ///
     /// # Errors
     /// `EWOULDBLOCK`, `ECONNRESET` (never `EPIPE`), `ENOTCONN`, `EISCONN` (an address on a
-    /// stream, as librdmacm), `EDESTADDRREQ` (unconnected datagram socket without an
+    /// stream, as librdmacm; ignored instead with `DP_RSOCKET_SENDTO=linux`, as Linux TCP),
+    /// `EDESTADDRREQ` (unconnected datagram socket without an
     /// address), `EMSGSIZE`.
     pub(crate) fn send(
         &self,
@@ -72,7 +73,9 @@ impl<P: Provider> Engine<P> {
         let h = self.handle(fd)?;
         let f = send_flags(flags);
         match &h.kind {
-            Kind::Stream(_) if to.is_some() => Err(Errno(libc::EISCONN)),
+            Kind::Stream(_) if to.is_some() && self.sendto == SendtoMode::Librdmacm => {
+                Err(Errno(libc::EISCONN))
+            }
             Kind::Stream(id) => self.ctx.send(*id, data, f).map_err(data_err),
             Kind::Dgram(d) => {
                 let mut d = Handle::dgram(d);

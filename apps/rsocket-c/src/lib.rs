@@ -7,14 +7,19 @@
 //! # Identity
 //!
 //! The file is `librdmacm.so` with the SONAME `librdmacm.so.1`, and every exported symbol
-//! carries librdmacm's version node `RDMACM_1.0` (`build.rs`, `src/export.rs`; the symbols
-//! are listed once, in `symbols.txt`), so a program's `rsocket@RDMACM_1.0` binds here. Exported: all 27 rsocket calls, and the RDMA CM calls
-//! rdmacm-utils' rsocket programs import (`rdma_getaddrinfo`, `rdma_freeaddrinfo`,
-//! `rdma_create_event_channel`, `rdma_destroy_event_channel`; see `src/rdma.rs`).
+//! carries its librdmacm version node (`RDMACM_1.0` ... `RDMACM_1.3`; `build.rs`,
+//! `src/export.rs`; the symbols are listed once, in `symbols.txt`), so a program's
+//! `rsocket@RDMACM_1.0` binds here. Exported: every symbol of librdmacm's version script.
+//! The 27 rsocket calls are ours, and so are `rdma_getaddrinfo`/`rdma_freeaddrinfo`
+//! (`src/rdma.rs`: they must work with no RDMA device); everything else (`rdma_create_id`,
+//! `rdma_resolve_addr`, `rdma_get_cm_event`, ...) is forwarded to the system's librdmacm
+//! (`src/rdmacm_fwd.rs`, which explains why forwarding and not interposing), so programs
+//! that use the RDMA CM and verbs as well as rsockets (`qperf`) load and run.
 //!
 //! # Layers
 //!
-//! * `export`: the symbol table (assembler trampolines bound to `RDMACM_1.0`);
+//! * `export`: the symbol table (assembler trampolines bound to librdmacm's version nodes);
+//! * `rdmacm_fwd`: the RDMA CM calls, forwarded to the system's librdmacm;
 //! * `ffi`: the C entry points: pointer checks, C return conventions and `errno`;
 //! * `socket`, `io`, `poll`, `opts`, `iomap`: the calls in safe Rust, as methods of
 //!   `engine::Engine`, generic over the fabric provider;
@@ -44,14 +49,14 @@
 //!
 //! All unsafe code of the rsocket C API lives in this crate: pointer conversion in `ffi`,
 //! `addr`, `rdma` and `opts`, the few system calls in `handles`, `poll` and `errno`, the
-//! symbol trampolines in `export`, and (feature `verbs`) `verbs_fwd`. Every unsafe block states the invariant it relies on; the C caller's side of
-//! each contract is documented on the entry point.
+//! symbol trampolines in `export`, and the forwarders of `rdmacm_fwd`. Every unsafe block
+//! states the invariant it relies on; the C caller's side of each contract is documented on
+//! the entry point.
 //!
 //! # Non-goals
 //!
-//! The RDMA CM verbs API (`rdma_create_id`, `rdma_connect`, ...) is not provided: programs
-//! that use it need the real librdmacm. AF_IB addressing, `RDMA_ROUTE` path records and
-//! librdmacm's epoll emulation (`repoll_*`, newer than Debian's librdmacm) are not
+//! AF_IB addressing and `RDMA_ROUTE` path records for rsockets, and librdmacm's epoll
+//! emulation (`repoll_*`, node `RDMACM_1.5`, newer than Debian's librdmacm) are not
 //! supported.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks, clippy::unnecessary_safety_comment)]
@@ -67,6 +72,5 @@ mod iomap;
 mod opts;
 mod poll;
 mod rdma;
+mod rdmacm_fwd;
 mod socket;
-#[cfg(feature = "verbs")]
-mod verbs_fwd;

@@ -256,8 +256,14 @@ impl<P: Provider> Engine<P> {
     }
 
     /// `rfcntl` for `F_GETFL`/`F_SETFL` (only `O_NONBLOCK` acts; other flags are kept and
-    /// reported back) and `F_GETFD`/`F_SETFD` (applied to the descriptor naming the handle,
-    /// so `FD_CLOEXEC` is real).
+    /// reported back), `F_GETFD`/`F_SETFD` (applied to the descriptor naming the handle,
+    /// so `FD_CLOEXEC` is real) and `F_GETOWN`/`F_SETOWN` (stored and reported back).
+    ///
+    /// librdmacm refuses `F_SETOWN`; programs that set an owner for `SIGURG` on their
+    /// sockets as a matter of course (qperf's control connection) then fail through
+    /// `librspreload.so`. rsockets have no urgent data and raise no `SIGIO`, so the owner
+    /// is only remembered: no signal is ever sent to it, which is what Linux does for a
+    /// TCP socket that never receives urgent data.
     ///
     /// # Errors
     /// `EBADF`, `EOPNOTSUPP` for other commands, as librdmacm.
@@ -293,6 +299,12 @@ impl<P: Provider> Engine<P> {
                     return Err(std::io::Error::last_os_error().into());
                 }
                 Ok(r)
+            }
+            libc::F_GETOWN => Ok(h.extra().owner),
+            libc::F_SETOWN => {
+                // A pid (or a negated process group) passed in a long register.
+                h.extra().owner = arg as c_int;
+                Ok(0)
             }
             _ => Err(Errno(libc::EOPNOTSUPP)),
         }

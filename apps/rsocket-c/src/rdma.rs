@@ -1,33 +1,22 @@
-//! The RDMA CM entry points rdmacm-utils' rsocket programs import besides the rsocket
-//! calls: `rdma_getaddrinfo`/`rdma_freeaddrinfo` (address resolution for `-T r`/`-f gid`)
-//! and `rdma_create_event_channel`/`rdma_destroy_event_channel` (a device probe in their
-//! shared helper code). The programs are linked with `BIND_NOW`, so every one of them must
-//! resolve for the program to start at all.
+//! Address resolution for rsocket programs: `rdma_getaddrinfo`/`rdma_freeaddrinfo`, which
+//! rdmacm-utils' rsocket programs use for `-T r`/`-f gid`. They are served here, not
+//! forwarded, because librdmacm's need an RDMA CM device (its `ucma_init`) and rsockets over
+//! the shm provider run on hosts with none.
 //!
 //! * `rdma_getaddrinfo` resolves IP names and numeric addresses through the system resolver
 //!   and returns librdmacm's `struct rdma_addrinfo` (one entry, as librdmacm): the address
-//!   as `ai_src_addr` with `RAI_PASSIVE`, else as `ai_dst_addr`. `AF_IB` addresses are
-//!   refused with `EAI_FAMILY`: no fabric here uses InfiniBand addressing. Errors are
-//!   `EAI_*` codes, for `gai_strerror`.
-//! * `rdma_create_event_channel` returns a channel whose descriptor never becomes readable:
-//!   this library creates no RDMA CM identifiers, so no event can arrive on it. With the
-//!   `verbs` feature both channel calls go to the system's librdmacm instead, which the
-//!   verbs provider uses (see `verbs_fwd`).
+//!   as `ai_src_addr` with `RAI_PASSIVE`, else as `ai_dst_addr`. Requests only the RDMA CM
+//!   can answer (`AF_IB` addresses, `RAI_SA` path queries; [`needs_rdma_cm`]) go on to the
+//!   system's librdmacm. Errors are `EAI_*` codes, for `gai_strerror`.
+//! * `rdma_freeaddrinfo` frees every member with `free`, as librdmacm's does, so it also
+//!   frees lists the system library made.
+//!
+//! The programs are linked with `BIND_NOW`, so every symbol they import must resolve for
+//! them to start at all; the rest of the RDMA CM is forwarded (`rdmacm_fwd`).
 
 use std::ffi::{c_char, c_void};
 
 use libc::{c_int, sockaddr, socklen_t};
-
-#[cfg(not(feature = "verbs"))]
-use crate::errno::Errno;
-
-/// `struct rdma_event_channel` of `<rdma/rdma_cma.h>`.
-#[repr(C)]
-#[derive(Debug)]
-pub struct RdmaEventChannel {
-    /// The channel's descriptor.
-    pub fd: c_int,
-}
 
 /// `struct rdma_addrinfo` of `<rdma/rdma_cma.h>`.
 #[repr(C)]
@@ -68,7 +57,6 @@ pub struct RdmaAddrinfo {
 // The C layout: four ints, two socklen_t, then eight pointer-sized fields and the next link.
 const _: () = assert!(size_of::<RdmaAddrinfo>() == 96);
 const _: () = assert!(align_of::<RdmaAddrinfo>() == 8);
-const _: () = assert!(size_of::<RdmaEventChannel>() == 4);
 
 /// `RAI_PASSIVE`.
 pub(crate) const RAI_PASSIVE: c_int = 1;
@@ -76,6 +64,8 @@ pub(crate) const RAI_PASSIVE: c_int = 1;
 pub(crate) const RAI_NUMERICHOST: c_int = 2;
 /// `RAI_FAMILY`.
 pub(crate) const RAI_FAMILY: c_int = 8;
+/// `RAI_SA`: resolve through the subnet administrator (InfiniBand path records).
+pub(crate) const RAI_SA: c_int = 0x10;
 /// `AF_IB`.
 pub(crate) const AF_IB: c_int = 27;
 /// `RDMA_PS_TCP`.
@@ -86,6 +76,12 @@ pub(crate) const RDMA_PS_UDP: c_int = 0x0111;
 pub(crate) const IBV_QPT_RC: c_int = 2;
 /// `IBV_QPT_UD`.
 pub(crate) const IBV_QPT_UD: c_int = 4;
+
+/// True for requests only librdmacm's RDMA CM can answer: `AF_IB` addresses and `RAI_SA`
+/// path queries. `rdma_getaddrinfo` forwards those to the system's librdmacm.
+pub(crate) fn needs_rdma_cm(hints: &RdmaAddrinfo) -> bool {
+    hints.ai_family == AF_IB || hints.ai_flags & RAI_SA != 0
+}
 
 /// A `malloc`ed copy of `len` bytes at `src` (null for a null source).
 ///
@@ -242,39 +238,6 @@ pub(crate) unsafe fn freeaddrinfo(mut res: *mut RdmaAddrinfo) {
     }
 }
 
-#[cfg(not(feature = "verbs"))]
-/// `rdma_create_event_channel` without an RDMA CM: a channel no event ever arrives on.
-///
-/// # Errors
-/// `ENOMEM`, or descriptor exhaustion.
-pub(crate) fn create_event_channel() -> Result<*mut RdmaEventChannel, Errno> {
-    let fd = crate::handles::new_name(true)?;
-    // SAFETY: calloc has no preconditions.
-    let ch = unsafe { libc::calloc(1, size_of::<RdmaEventChannel>()) }.cast::<RdmaEventChannel>();
-    if ch.is_null() {
-        return Err(Errno(libc::ENOMEM));
-    }
-    // SAFETY: fresh, exclusively ours; the descriptor now belongs to the channel.
-    unsafe { (*ch).fd = std::os::fd::IntoRawFd::into_raw_fd(fd) };
-    Ok(ch)
-}
-
-#[cfg(not(feature = "verbs"))]
-/// `rdma_destroy_event_channel` for channels made by [`create_event_channel`].
-///
-/// # Safety
-/// `ch` must be null or a channel from [`create_event_channel`], not used afterwards.
-pub(crate) unsafe fn destroy_event_channel(ch: *mut RdmaEventChannel) {
-    if ch.is_null() {
-        return;
-    }
-    // SAFETY: ch is a live channel we made (caller); its descriptor is ours to close.
-    unsafe {
-        libc::close((*ch).fd);
-        libc::free(ch.cast());
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -326,17 +289,5 @@ mod tests {
         // SAFETY: as above.
         let r = unsafe { getaddrinfo(c"not-a-number".as_ptr(), c"1".as_ptr(), &hints, &mut res) };
         assert_eq!(r, libc::EAI_NONAME);
-    }
-
-    #[cfg(not(feature = "verbs"))]
-    #[test]
-    fn event_channels_own_a_descriptor() {
-        let ch = create_event_channel().unwrap();
-        // SAFETY: ch is live.
-        let fd = unsafe { (*ch).fd };
-        // SAFETY: fcntl on a descriptor number; no pointers.
-        assert!(unsafe { libc::fcntl(fd, libc::F_GETFD) } & libc::FD_CLOEXEC != 0);
-        // SAFETY: ch came from create_event_channel.
-        unsafe { destroy_event_channel(ch) };
     }
 }

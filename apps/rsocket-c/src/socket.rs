@@ -13,6 +13,33 @@ use crate::engine::Engine;
 use crate::errno::Errno;
 use crate::handles::{Handle, Kind, new_name};
 
+/// Checks `rsocket`'s arguments before anything starts: only `AF_INET`/`AF_INET6` stream
+/// (TCP) or datagram (UDP) sockets are rsockets.
+///
+/// `rsocket` calls this before it starts the engine, and that order matters under
+/// librdmacm's `librspreload.so`: the preload turns every `socket()` of the process into an
+/// `rsocket()` first, including the `AF_UNIX` sockets this library opens for itself while
+/// the engine starts (the shm provider's rendezvous) and later on its own threads. Those
+/// must fail here at once, so that the preload falls back to the kernel's `socket()`,
+/// instead of waiting for the engine that is starting (a self-deadlock).
+///
+/// # Errors
+/// `EOPNOTSUPP` for anything else, as librdmacm.
+pub(crate) fn check_socket_args(domain: c_int, ty: c_int, protocol: c_int) -> Result<(), Errno> {
+    let base = ty & !(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC);
+    let supported = (domain == libc::AF_INET || domain == libc::AF_INET6)
+        && match base {
+            libc::SOCK_STREAM => protocol == 0 || protocol == libc::IPPROTO_TCP,
+            libc::SOCK_DGRAM => protocol == 0 || protocol == libc::IPPROTO_UDP,
+            _ => false,
+        };
+    if supported {
+        Ok(())
+    } else {
+        Err(Errno(libc::EOPNOTSUPP))
+    }
+}
+
 impl<P: Provider> Engine<P> {
     /// The rsocket named `fd`.
     ///
@@ -39,17 +66,9 @@ impl<P: Provider> Engine<P> {
     /// `EOPNOTSUPP` for anything but `AF_INET`/`AF_INET6` stream (TCP) or datagram (UDP)
     /// sockets, as librdmacm; descriptor exhaustion.
     pub(crate) fn socket(&self, domain: c_int, ty: c_int, protocol: c_int) -> Result<c_int, Errno> {
+        check_socket_args(domain, ty, protocol)?;
         let flags = ty & (libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC);
         let base = ty & !flags;
-        let supported = (domain == libc::AF_INET || domain == libc::AF_INET6)
-            && match base {
-                libc::SOCK_STREAM => protocol == 0 || protocol == libc::IPPROTO_TCP,
-                libc::SOCK_DGRAM => protocol == 0 || protocol == libc::IPPROTO_UDP,
-                _ => false,
-            };
-        if !supported {
-            return Err(Errno(libc::EOPNOTSUPP));
-        }
         let nonblocking = flags & libc::SOCK_NONBLOCK != 0;
         let name = new_name(flags & libc::SOCK_CLOEXEC != 0)?;
         let kind = if base == libc::SOCK_STREAM {

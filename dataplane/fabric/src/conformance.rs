@@ -385,7 +385,8 @@ pub fn check_write<P: Provider>(env: &Env<P>) -> Check {
     expect_quiet(&mut p, 100)
 }
 
-/// WRITE with immediate, including zero length: data visible at completion, immediate
+/// WRITE with immediate, including zero length and small ones the provider may place at
+/// poll time ([`SendFlags::PLACE_ON_POLL`]): data visible at completion, immediate
 /// delivered, one receive consumed each.
 pub fn check_write_imm<P: Provider>(env: &Env<P>) -> Check {
     let mut p = connect(env, env.port, caps(), &[], &[])?;
@@ -394,13 +395,18 @@ pub fn check_write_imm<P: Provider>(env: &Env<P>) -> Check {
     }
     p.a.fill(0, 512, |i| i as u8 ^ 0x5A);
     let sge = [p.a.mr.sge(0, 512)];
+    let small = [0xC3u8; 64];
     p.a.qp
         .post_send(&[
             SendWr::signaled(1, SendOp::WriteImm(p.b.remote(8192), 0xDEAD_BEEF), &sge),
             SendWr::signaled(2, SendOp::WriteImm(p.b.remote(0), 7), &[]),
+            SendWr {
+                flags: SendFlags::SIGNALED | SendFlags::PLACE_ON_POLL,
+                ..SendWr::inline(3, SendOp::WriteImm(p.b.remote(4096), 9), &small)
+            },
         ])
         .map_err(fe("post write_imm"))?;
-    let (ca, cb) = poll_n(&mut p, 2, 2)?;
+    let (ca, cb) = poll_n(&mut p, 3, 3)?;
     ensure!(ca.iter().all(Completion::is_ok), "send side {ca:?}");
     ensure!(
         cb[0].wr_id == 100 && cb[0].imm == Some(0xDEAD_BEEF),
@@ -422,6 +428,15 @@ pub fn check_write_imm<P: Provider>(env: &Env<P>) -> Check {
         cb[1].wr_id == 101 && cb[1].imm == Some(7) && cb[1].byte_len == 0,
         "zero-length {:?}",
         cb[1]
+    );
+    ensure!(
+        cb[2].wr_id == 102 && cb[2].imm == Some(9) && cb[2].byte_len == 64,
+        "placed on poll {:?}",
+        cb[2]
+    );
+    ensure!(
+        (0..64).all(|i| p.b.byte(4096 + i) == 0xC3),
+        "data placed on poll not visible at completion"
     );
     Ok(())
 }
@@ -849,7 +864,7 @@ pub fn check_send_queue_accounting<P: Provider>(env: &Env<P>) -> Check {
     Ok(())
 }
 
-/// Many WRITEs with immediate arrive in order with their data.
+/// Many WRITEs with immediate arrive in order with their data, some placed at poll time.
 pub fn check_ordering<P: Provider>(env: &Env<P>) -> Check {
     let mut p = connect(env, env.port, caps(), &[], &[])?;
     const N: u64 = 2000;
@@ -870,7 +885,13 @@ pub fn check_ordering<P: Provider>(env: &Env<P>) -> Check {
                     wr_id: sent,
                     op: SendOp::WriteImm(p.b.remote((sent % 64) as usize * 4), sent as u32),
                     payload: Payload::Inline(&v),
-                    flags: SendFlags::NONE,
+                    // Every third placed at poll time where the provider does that: the
+                    // order holds across both kinds.
+                    flags: if sent.is_multiple_of(3) {
+                        SendFlags::PLACE_ON_POLL
+                    } else {
+                        SendFlags::NONE
+                    },
                 }])
                 .map_err(fe("post"))?;
             sent += 1;

@@ -33,9 +33,9 @@ pub mod types;
 
 pub use error::{FabricError, PostError, PostErrorKind};
 pub use traits::{
-    CmChannel, CmEvent, CompletionQueue, ConnId, ConnRequest, Device, ListenId, MAX_PRIVATE_DATA,
-    MemoryRegion, PrepareQp, PrivateData, ProtectionDomain, Provider, QpInit, RcQueuePair,
-    UdQueuePair, UdSendWr, UnreachableReason,
+    CmChannel, CmEvent, CompletionQueue, ConnId, ConnRequest, CqNotify, Device, ListenId,
+    MAX_PRIVATE_DATA, MemoryRegion, PrepareQp, PrivateData, ProtectionDomain, Provider, QpInit,
+    RcQueuePair, UdQueuePair, UdSendWr, UnreachableReason,
 };
 pub use types::{
     Access, Completion, DeviceAttr, GRH_LEN, Payload, QpCaps, QpState, RecvWr, RemoteAddr,

@@ -1,6 +1,6 @@
 //! Small, safe wrappers over the few OS calls the protocol layers need on their control
-//! paths (never on a data path): waiting for descriptors to become readable, and an
-//! eventfd to wake a waiting thread.
+//! paths (never on a data path): waiting for descriptors to become readable, an eventfd to
+//! wake a waiting thread, and the futex a completion queue's sleeping poller waits on.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -79,6 +79,40 @@ impl EventFd {
 impl AsRawFd for EventFd {
     fn as_raw_fd(&self) -> RawFd {
         self.0.as_raw_fd()
+    }
+}
+
+/// Sleeps while `word` holds `expected`, up to `timeout` (`FUTEX_WAIT` on a word that may
+/// live in memory shared between processes, so not `FUTEX_PRIVATE_FLAG`). Returns at once
+/// if the word already differs; spurious returns are possible, callers re-check.
+///
+/// This is the sleeping half of a completion queue's notification, used by a blocking
+/// call after it has busy-polled for its polling time: a system call, but not on the data
+/// path (nothing was there to process).
+pub fn futex_wait(word: &std::sync::atomic::AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: word is a live, aligned u32 for the duration of the call; ts is a live
+    // timespec; FUTEX_WAIT reads the word and sleeps, it writes nothing.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &raw const ts,
+        );
+    }
+}
+
+/// Wakes every thread (of any process) sleeping in [`futex_wait`] on `word`. The waker's
+/// side of a completion queue's notification: called only when a sleeper announced itself.
+pub fn futex_wake(word: &std::sync::atomic::AtomicU32) {
+    // SAFETY: word is a live, aligned u32; FUTEX_WAKE only looks up its address.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
     }
 }
 

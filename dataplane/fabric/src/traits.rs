@@ -176,6 +176,30 @@ pub trait CompletionQueue: Send {
 
     /// The capacity the queue was created with.
     fn depth(&self) -> u32;
+
+    /// A handle to sleep until this queue may have news, usable without the queue (its
+    /// owner keeps polling it under its own lock): the provider's completion channel, like
+    /// `ibv_req_notify_cq` + `ibv_get_cq_event`. `None` (the default) if the provider
+    /// cannot wake a sleeping poller; callers then nap.
+    fn notifier(&self) -> Option<Arc<dyn CqNotify>> {
+        None
+    }
+}
+
+/// Sleeping until a completion queue may have news ([`CompletionQueue::notifier`]).
+///
+/// The protocol: [`arm`](Self::arm), then poll the queue once more (anything that arrived
+/// before the arm is found there), then [`sleep`](Self::sleep) with the token if nothing
+/// came, or [`disarm`](Self::disarm). A message that arrives after the arm ends the sleep
+/// (or makes it return at once). Sleeps are bounded by their timeout, and spurious wakes
+/// are possible: callers re-check.
+pub trait CqNotify: Send + Sync {
+    /// Announces a sleeper; returns the token for [`sleep`](Self::sleep).
+    fn arm(&self) -> u32;
+    /// Sleeps until news after the arm, or `timeout`; ends the arm.
+    fn sleep(&self, token: u32, timeout: Duration);
+    /// Ends an arm without sleeping.
+    fn disarm(&self);
 }
 
 /// A reliable-connected queue pair, created by [`CmChannel::connect`] or

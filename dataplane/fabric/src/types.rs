@@ -145,6 +145,15 @@ impl SendFlags {
     pub const FENCE: Self = Self(1 << 2);
     /// Ask the peer to raise a solicited event (`IBV_SEND_SOLICITED`).
     pub const SOLICITED: Self = Self(1 << 3);
+    /// A WRITE with immediate whose responder reads the destination only after polling
+    /// the request's completion (a message protocol such as rsockets'): the provider may
+    /// carry a small payload in the completion itself and place it when the responder
+    /// polls, as NICs scatter small payloads into the completion entry. The data is still
+    /// in place before the completion is returned. A later WRITE or READ of the same bytes
+    /// by the requester is not ordered after such a placement, so use it only for
+    /// destinations nothing else touches until then. Providers that place data on arrival
+    /// (verbs) ignore it; ignored on other operations.
+    pub const PLACE_ON_POLL: Self = Self(1 << 4);
 
     /// True if every flag in `other` is set.
     #[inline]

@@ -807,14 +807,16 @@ mod tests {
         let mut buf = [0u8; 8];
         assert_eq!(p.a.with(|c, io| c.recv(&mut buf, false, io)), Ok(3));
         assert_eq!(&buf[..3], b"abc");
-        // One credit granted: one data message, then the sender waits.
+        // One credit granted: one data message, then the sender buffers (and posts
+        // nothing more).
         assert_eq!(p.a.with(|c, io| c.send(&[7; 10], io)), Ok(10));
-        assert_eq!(
-            p.a.with(|c, io| c.send(&[7; 10], io)),
-            Err(RsError::WouldBlock)
-        );
+        assert_eq!(p.a.with(|c, io| c.send(&[8; 10], io)), Ok(10));
         let posted = p.a.st.posted.take().unwrap();
         assert!(posted.iter().any(|w| w.data == [7; 10]));
+        assert!(
+            !posted.iter().any(|w| w.data == [8; 10]),
+            "posted beyond the credit"
+        );
         assert_eq!(p.a.st.in_flight(), posted.len());
         p.tick(Duration::from_micros(1));
         assert!(p.deliver_due(true));

@@ -1,6 +1,43 @@
-//! How blocking rsocket calls wait: spin first, then yield, then sleep.
+//! How blocking rsocket calls wait: spin first, then sleep on the completion queue's
+//! notifier ([`Armed`]) where the provider has one, else yield, then nap.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use dp_fabric::CqNotify;
+
+/// A sleeper announced on a completion queue's notifier ([`CqNotify::arm`]). Sleep on it
+/// with [`Armed::sleep`] after one more attempt; dropping it unslept disarms.
+pub(crate) struct Armed {
+    n: Option<Arc<dyn CqNotify>>,
+    token: u32,
+}
+
+impl Armed {
+    /// Longest sleep: a bound on a missed wake (the provider documents none) and on how
+    /// late a timer the sleeping call would have run is noticed.
+    pub(crate) const MAX_SLEEP: Duration = Duration::from_millis(1);
+
+    pub(crate) fn new(n: Arc<dyn CqNotify>) -> Self {
+        let token = n.arm();
+        Self { n: Some(n), token }
+    }
+
+    /// Sleeps until the queue's next news after the arm (or [`Self::MAX_SLEEP`]).
+    pub(crate) fn sleep(mut self) {
+        if let Some(n) = self.n.take() {
+            n.sleep(self.token, Self::MAX_SLEEP);
+        }
+    }
+}
+
+impl Drop for Armed {
+    fn drop(&mut self) {
+        if let Some(n) = self.n.take() {
+            n.disarm();
+        }
+    }
+}
 
 /// Spins for `polling_time` (like librdmacm's `polling_time`), then yields for a while,
 /// then sleeps in short steps: a blocking call busy-polls first (latency) and stops burning

@@ -75,35 +75,148 @@ fn test_established_exchange_both_ways() {
 }
 
 #[test]
-fn test_credit_exhaustion_blocks_then_resumes() {
+fn test_credit_exhaustion_buffers_in_the_send_ring_then_flushes_in_order() {
     let mut p = SimPair::connect(cfg(), Duration::from_micros(1));
     p.drive();
-    // b never reads: a may send exactly rq_size (32) messages.
-    let mut sent = 0;
+    // b never reads: a posts exactly rq_size (32) messages, then takes bytes into its send
+    // ring until the ring is full, and only then would block.
+    let mut sent = Vec::new();
     loop {
-        match p.a.with(|c, io| c.send(&[1u8], io)) {
-            Ok(1) => sent += 1,
+        let b = [pattern(sent.len())];
+        match p.a.with(|c, io| c.send(&b, io)) {
+            Ok(1) => sent.push(b[0]),
             Err(RsError::WouldBlock) => break,
             r => panic!("unexpected {r:?}"),
         }
         p.drive();
-        assert!(sent <= 32, "sent beyond the credits granted");
+        assert!(sent.len() <= 17 << 10, "accepted beyond the send buffer");
     }
-    assert_eq!(sent, 32, "initial credits are the peer's rq_size");
+    assert_eq!(
+        p.a.conn.stats().data_msgs_sent,
+        32,
+        "one message per credit granted, never more"
+    );
+    assert!(
+        sent.len() >= 16 << 10,
+        "the send buffer took bytes while out of credits: {}",
+        sent.len()
+    );
     assert!(
         !p.a.with(|c, io| c.readiness(io)).writable,
-        "POLLOUT while out of credits"
+        "POLLOUT with a full send buffer"
     );
-    // b reads everything: credits return and a proceeds.
-    let mut buf = [0u8; 64];
-    let n = p.b.with(|c, io| c.recv(&mut buf, false, io)).unwrap();
-    assert_eq!(n, 32);
+    // b reads everything: credits return, a writes the buffered bytes coalesced, and b
+    // gets every byte in order.
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let mut steps = 0;
+    while got.len() < sent.len() {
+        if let Ok(n) = p.b.with(|c, io| c.recv(&mut buf, false, io)) {
+            got.extend_from_slice(&buf[..n]);
+        }
+        p.step();
+        steps += 1;
+        assert!(steps < 1_000_000, "stuck at {}/{}", got.len(), sent.len());
+    }
+    assert_eq!(got, sent);
+    let msgs = p.a.conn.stats().data_msgs_sent;
+    assert!(
+        msgs < 32 + 16,
+        "buffered bytes go out coalesced, not one message each: {msgs} messages"
+    );
+    assert_eq!(p.b.conn.stats().protocol_errors, 0);
+    assert!(
+        p.a.with(|c, io| c.readiness(io)).writable,
+        "POLLOUT again once the buffer drained"
+    );
+}
+
+#[test]
+fn test_both_sides_writing_small_messages_before_reading_complete() {
+    // Each side writes 1000 messages of 16 bytes before reading any: 31x the credits, but
+    // less than its send buffer holds. TCP's buffering absorbs this; with message credits
+    // alone both sides would wait for each other for good.
+    let mut p = SimPair::connect(cfg(), Duration::from_micros(1));
     p.drive();
-    assert_eq!(
-        p.a.with(|c, io| c.send(&[2u8], io)),
-        Ok(1),
-        "credits came back"
+    let msg = |side: u8, i: usize| -> [u8; 16] { [side ^ pattern(i); 16] };
+    let n = 1000;
+    let (mut a_sent, mut b_sent) = (0usize, 0usize);
+    let mut steps = 0;
+    while a_sent < n || b_sent < n {
+        for (from_a, count) in [(true, &mut a_sent), (false, &mut b_sent)] {
+            if *count < n {
+                let m = msg(u8::from(from_a), *count);
+                match side(&mut p, from_a).with(|c, io| c.send(&m, io)) {
+                    Ok(16) => *count += 1,
+                    Ok(k) => panic!("partial send {k}"),
+                    Err(RsError::WouldBlock) => {}
+                    Err(e) => panic!("send failed: {e}"),
+                }
+            }
+        }
+        p.step();
+        steps += 1;
+        assert!(
+            steps < 1_000_000,
+            "both sides stuck writing: a {a_sent}/{n}, b {b_sent}/{n}"
+        );
+    }
+    for from_a in [true, false] {
+        let want: Vec<u8> = (0..n).flat_map(|i| msg(u8::from(from_a), i)).collect();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while got.len() < want.len() {
+            if let Ok(k) = side(&mut p, !from_a).with(|c, io| c.recv(&mut buf, false, io)) {
+                got.extend_from_slice(&buf[..k]);
+            }
+            p.step();
+            steps += 1;
+            assert!(steps < 2_000_000, "reading stuck at {}", got.len());
+        }
+        assert_eq!(got, want);
+    }
+}
+
+#[test]
+fn test_shutdown_write_follows_buffered_bytes() {
+    let mut p = SimPair::connect(cfg(), Duration::from_micros(1));
+    p.drive();
+    // 40 one-byte sends on 32 credits: 8 bytes wait in a's send ring.
+    for i in 0..40u8 {
+        assert_eq!(p.a.with(|c, io| c.send(&[i], io)), Ok(1));
+        p.drive();
+    }
+    p.a.with(|c, io| c.shutdown(Shutdown::Write, io));
+    p.drive();
+    assert!(
+        !p.a.conn.shutdown_done(),
+        "the shutdown waits for the buffered bytes"
     );
+    let mut got = Vec::new();
+    let mut buf = [0u8; 64];
+    let mut steps = 0;
+    loop {
+        match p.b.with(|c, io| c.recv(&mut buf, false, io)) {
+            Ok(0) => break,
+            Ok(k) => got.extend_from_slice(&buf[..k]),
+            Err(RsError::WouldBlock) => {}
+            Err(e) => panic!("{e}"),
+        }
+        p.step();
+        steps += 1;
+        assert!(
+            steps < 100_000,
+            "no end of stream after {} bytes",
+            got.len()
+        );
+    }
+    assert_eq!(
+        got,
+        (0..40u8).collect::<Vec<_>>(),
+        "every byte before the end"
+    );
+    p.drive();
+    assert!(p.a.conn.shutdown_done());
 }
 
 #[test]
@@ -355,13 +468,13 @@ fn test_iomap_and_iowrite() {
         p.a.with(|c, io| c.iowrite(b"x", 200, io)),
         Err(RsError::Invalid)
     );
-    // iomap publications do not consume stream credits (librdmacm leaks one each).
-    let mut sent = 0;
+    // iomap publications do not consume stream credits (librdmacm leaks one each): a
+    // still posts 32 messages (the rest of what it sends waits in its send buffer).
+    let before = p.a.conn.stats().data_msgs_sent;
     while let Ok(1) = p.a.with(|c, io| c.send(&[0u8], io)) {
-        sent += 1;
         p.drive();
     }
-    assert_eq!(sent, 32);
+    assert_eq!(p.a.conn.stats().data_msgs_sent - before, 32);
 }
 
 #[test]

@@ -22,6 +22,50 @@ pub(super) trait Conn {
     fn send_all(&mut self, b: &[u8]) -> io::Result<()>;
     /// Receives exactly `b.len()` bytes.
     fn recv_all(&mut self, b: &mut [u8]) -> io::Result<()>;
+    /// With `--sockets`: what opening the background connections cost (resident and
+    /// virtual bytes per connection) and what they carried.
+    fn background(&self) -> Option<BgReport> {
+        None
+    }
+}
+
+/// `--sockets N`: N-1 background connections beside the measured one.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct BgSpec {
+    /// Background connections (N-1).
+    pub count: usize,
+    /// Messages per second per background connection.
+    pub rate: f64,
+    /// Message size.
+    pub size: usize,
+}
+
+/// What a side's background connections cost and carried.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct BgReport {
+    /// Background connections.
+    pub count: usize,
+    /// Resident bytes per connection, measured across opening them.
+    pub rss_per_socket: Option<u64>,
+    /// Virtual bytes per connection, measured across opening them.
+    pub vm_per_socket: Option<u64>,
+    /// Messages written on them.
+    pub sent: u64,
+    /// Bytes read from them.
+    pub received: u64,
+    /// Seconds they were driven (client), for the rate achieved.
+    pub secs: f64,
+}
+
+impl BgReport {
+    /// Messages per second per connection actually written.
+    pub fn rate_achieved(&self) -> f64 {
+        if self.secs > 0.0 && self.count > 0 {
+            self.sent as f64 / self.secs / self.count as f64
+        } else {
+            0.0
+        }
+    }
 }
 
 const GUARD: Duration = Duration::from_secs(120);
@@ -67,19 +111,27 @@ pub(super) trait Transport {
     /// Listens on `bind` (server side).
     fn listen(&self, bind: SocketAddr, opts: ConnOpts)
     -> Result<Box<dyn Listener + '_>, PerfError>;
-    /// Connects to `addr` with `inline` as the inline size (client side).
+    /// Connects to `addr` with `inline` as the inline size (client side), then the
+    /// background connections of `bg`, if any.
     fn connect(
         &self,
         addr: SocketAddr,
         opts: ConnOpts,
         inline: u32,
+        bg: Option<BgSpec>,
     ) -> Result<Box<dyn Conn>, PerfError>;
 }
 
 /// A listening endpoint of a [`Transport`].
 pub(super) trait Listener {
-    /// Accepts the next connection, set up like the client's.
-    fn accept(&self, opts: ConnOpts, inline: u32) -> Result<Box<dyn Conn>, PerfError>;
+    /// Accepts the next connection, set up like the client's, then the background
+    /// connections of `bg`, if any.
+    fn accept(
+        &self,
+        opts: ConnOpts,
+        inline: u32,
+        bg: Option<BgSpec>,
+    ) -> Result<Box<dyn Conn>, PerfError>;
 }
 
 /// A connection or transfer failure, described.

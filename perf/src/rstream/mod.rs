@@ -22,10 +22,12 @@
 //! | `run` | the options, the roles and the run |
 //! | `plan` | the tests a run makes, and one test on a connection (rstream's `run_test`) |
 //! | `conn` | what a connection and a transport are to the test |
+//! | `background` | `--sockets N`: the other N-1 connections, with traffic at a fixed rate |
 //! | `rsocket` | connections over dataplane rsockets |
 //! | `tcp` | connections over kernel TCP |
 //! | `table` | the results, as rstream's table or JSON |
 
+mod background;
 mod conn;
 mod plan;
 mod rsocket;
@@ -33,6 +35,7 @@ mod run;
 mod table;
 mod tcp;
 
+pub use conn::BgReport;
 pub use plan::{TEST_SIZES, size_to_count};
 pub use run::RstreamArgs;
-pub use table::{Row, RstreamReport, cnt_str, size_str};
+pub use table::{Row, RstreamReport, Scale, cnt_str, size_str};

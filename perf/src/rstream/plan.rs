@@ -131,7 +131,9 @@ fn recv_xfer(c: &mut dyn Conn, buf: &mut [u8], v: &mut Verify) -> io::Result<()>
 
 /// One test on an open connection (rstream's `run_test`): a 16-byte exchange, then
 /// `iters` rounds of `xfers` transfers out and `xfers` back. Returns the client's elapsed
-/// seconds (the server returns 0).
+/// seconds (the server returns 0). With `samples`, each round's one-way time per transfer
+/// (the round's nanoseconds over `2 x xfers`) is pushed there too: for latency runs, one
+/// one-way latency per round trip.
 pub(super) fn run_test(
     c: &mut dyn Conn,
     client: bool,
@@ -139,6 +141,7 @@ pub(super) fn run_test(
     buf: &mut [u8],
     v: &mut Verify,
     timer: &Timer,
+    mut samples: Option<&mut Vec<u64>>,
 ) -> io::Result<f64> {
     let mut sync = [0u8; 16];
     if client {
@@ -150,6 +153,7 @@ pub(super) fn run_test(
     }
     let buf = &mut buf[..p.size];
     let start = timer.now_ns();
+    let mut round = start;
     for _ in 0..p.iters {
         for _ in 0..p.xfers {
             if client {
@@ -164,6 +168,11 @@ pub(super) fn run_test(
             } else {
                 send_xfer(c, buf, v)?;
             }
+        }
+        if let Some(s) = samples.as_deref_mut() {
+            let now = timer.now_ns();
+            s.push(now.saturating_sub(round) / (2 * p.xfers.max(1)));
+            round = now;
         }
     }
     Ok(timer.now_ns().saturating_sub(start) as f64 / 1e9)

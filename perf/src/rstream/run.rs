@@ -9,17 +9,18 @@ use std::path::PathBuf;
 use clap::Args;
 use dataplane::fabric::shm::{Shm, ShmConfig, ShmDevice};
 
-use super::conn::{ConnOpts, Transport, fabric_err};
+use super::conn::{BgSpec, ConnOpts, Transport, fabric_err};
 use super::plan::{Plan, Verify, name, plans, run_test};
 use super::rsocket::Rs;
-use super::table::{Row, RstreamReport};
+use super::table::{Row, RstreamReport, Scale};
 use super::tcp::Tcp;
 use crate::PerfError;
 use crate::common::Common;
 #[cfg(feature = "verbs")]
 use crate::harness::verbs_pair_ip;
 use crate::harness::{
-    Peer, ProviderKind, SHM_PAIR_IP, Server, Timer, open_err, open_verbs, shm_dir, start_role,
+    Peer, ProviderKind, SHM_PAIR_IP, Server, Summary, Timer, open_err, open_verbs, shm_dir,
+    start_role,
 };
 
 /// Options of `dp-perf rstream` (rstream's letters where it has them).
@@ -71,12 +72,26 @@ pub struct RstreamArgs {
     /// shm rendezvous directory (default: the provider's; --pair makes a private one).
     #[arg(long, value_name = "DIR")]
     pub shm_dir: Option<PathBuf>,
+    /// Open N connections and measure one while the other N-1 carry traffic at --rate,
+    /// all driven from one thread on each side (rsockets, non-blocking mode only).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub sockets: usize,
+    /// With --sockets: messages per second on each background connection (the test's
+    /// size; the server echoes them).
+    #[arg(long, value_name = "MSG/S", default_value_t = 100.0)]
+    pub rate: f64,
     /// Pin this process to CPU N (used by --pair).
     #[arg(long, value_name = "N", hide = true)]
     pub pin: Option<usize>,
 }
 
 impl RstreamArgs {
+    /// True when `--sockets` was given, even as 1 (the baseline of a scale run, which
+    /// reports the same per-round latencies).
+    fn sockets_given(&self) -> bool {
+        std::env::args().any(|a| a == "--sockets" || a.starts_with("--sockets="))
+    }
+
     fn blocking(&self) -> bool {
         self.opts.contains('b')
     }
@@ -101,6 +116,22 @@ impl RstreamArgs {
         }
         start_role(self.server, self.client.as_deref(), self.pair, self.pin)?;
         let tcp = self.tcp || self.opts.contains('s');
+        if self.sockets == 0 {
+            return Err(PerfError::Usage("--sockets 0: give at least 1".into()));
+        }
+        if self.sockets > 1 && (tcp || self.blocking()) {
+            return Err(PerfError::Usage(format!(
+                "--sockets {}: one thread drives every connection, so this runs over rsockets \
+                 in the non-blocking mode only; drop --tcp / -T s / -T b",
+                self.sockets
+            )));
+        }
+        if !(self.rate.is_finite() && self.rate >= 0.0) {
+            return Err(PerfError::Usage(format!(
+                "--rate {}: give messages per second, 0 or more",
+                self.rate
+            )));
+        }
         if tcp {
             let ip = if self.pair { SHM_PAIR_IP } else { self.bind };
             return self.run_with(&Tcp, common, ip, None);
@@ -160,6 +191,14 @@ impl RstreamArgs {
         if let Some(n) = self.count {
             v.extend(["-C".into(), n.to_string()]);
         }
+        if self.sockets != 1 {
+            v.extend([
+                "--sockets".into(),
+                self.sockets.to_string(),
+                "--rate".into(),
+                self.rate.to_string(),
+            ]);
+        }
         v.into_iter().map(OsString::from).collect()
     }
 
@@ -191,15 +230,25 @@ impl RstreamArgs {
         let opts = self.conn_opts();
         let timer = Timer::new();
         let data_err = |e: io::Error| fabric_err("transfer", e);
+        // --sockets: the background connections carry messages of the first test's size.
+        let scale = self.sockets > 1 || self.sockets_given();
+        let bg = |size: usize| {
+            (self.sockets > 1).then_some(BgSpec {
+                count: self.sockets - 1,
+                rate: self.rate,
+                size,
+            })
+        };
         if self.server {
             let bind = SocketAddr::new(self.bind, self.port);
             let l = t.listen(bind, opts)?;
             let mut served = 0;
             for (plans, is_lat) in &groups {
                 let inline = if *is_lat && !custom { self.inline } else { 0 };
-                let mut c = l.accept(opts, inline)?;
+                let mut c = l.accept(opts, inline, bg(plans[0].size))?;
                 for p in plans {
-                    run_test(c.as_mut(), false, *p, &mut buf, &mut v, &timer).map_err(data_err)?;
+                    run_test(c.as_mut(), false, *p, &mut buf, &mut v, &timer, None)
+                        .map_err(data_err)?;
                 }
                 served += 1;
             }
@@ -207,6 +256,7 @@ impl RstreamArgs {
                 transport: t.describe(),
                 rows: vec![],
                 served: Some(served),
+                scale: None,
             });
         }
         let pair = self.pair.then(|| Server {
@@ -220,22 +270,38 @@ impl RstreamArgs {
         });
         let peer = Peer::start(pair, self.client.as_deref(), self.port, common.cpus)?;
         let addr = peer.addr;
+        let mut latency = Vec::new();
+        let mut background = Vec::new();
         let result = (|| -> Result<Vec<Row>, PerfError> {
             let mut rows = Vec::new();
             for (plans, is_lat) in &groups {
                 let inline = if *is_lat && !custom { self.inline } else { 0 };
-                let mut c = t.connect(addr, opts, inline)?;
+                let mut c = t.connect(addr, opts, inline, bg(plans[0].size))?;
                 for p in plans {
-                    let secs = run_test(c.as_mut(), true, *p, &mut buf, &mut v, &timer)
-                        .map_err(data_err)?;
+                    let mut samples = Vec::new();
+                    let secs = run_test(
+                        c.as_mut(),
+                        true,
+                        *p,
+                        &mut buf,
+                        &mut v,
+                        &timer,
+                        scale.then_some(&mut samples),
+                    )
+                    .map_err(data_err)?;
+                    let name = name(p, *is_lat, custom);
+                    if scale {
+                        latency.push((name.clone(), Summary::from_samples(samples)));
+                    }
                     rows.push(Row {
-                        name: name(p, *is_lat, custom),
+                        name,
                         bytes: p.size,
                         xfers: p.xfers,
                         iters: p.iters,
                         secs,
                     });
                 }
+                background.extend(c.background());
             }
             Ok(rows)
         })();
@@ -243,6 +309,12 @@ impl RstreamArgs {
             transport: t.describe(),
             rows: peer.finish(result)?,
             served: None,
+            scale: scale.then_some(Scale {
+                sockets: self.sockets,
+                rate: self.rate,
+                latency,
+                background,
+            }),
         })
     }
 }

@@ -6,7 +6,9 @@ use std::io::{self, Write};
 use dp_plot::{Figure, SweepPoint, SweepSeries};
 use serde_json::json;
 
+use super::conn::BgReport;
 use crate::Report;
+use crate::harness::Summary;
 
 fn scaled(v: u64, bases: [(u64, char); 3]) -> String {
     let (base, mag) = bases
@@ -79,6 +81,22 @@ pub struct RstreamReport {
     pub rows: Vec<Row>,
     /// Set on the server, which measures nothing.
     pub served: Option<usize>,
+    /// `--sockets`: the measured connection's latency per row, and the background.
+    pub scale: Option<Scale>,
+}
+
+/// What a `--sockets N` run adds to the rows (which are measured on one connection).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scale {
+    /// Connections open in all (N).
+    pub sockets: usize,
+    /// Messages per second per background connection.
+    pub rate: f64,
+    /// Per row: one-way nanoseconds per transfer of each round (one round trip per round in
+    /// latency rows).
+    pub latency: Vec<(String, Option<Summary>)>,
+    /// The client's background connections: cost to open, traffic carried (per row group).
+    pub background: Vec<BgReport>,
 }
 
 impl Report for RstreamReport {
@@ -91,7 +109,30 @@ impl Report for RstreamReport {
                        "usec_per_xfer": r.usec_per_xfer(), "gbps": r.gbps()})
             })
             .collect();
-        json!({ "rstream": rows })
+        let Some(sc) = &self.scale else {
+            return json!({ "rstream": rows });
+        };
+        // The rows stay as without --sockets; what the scale run adds is beside them.
+        let latency: Vec<_> = sc
+            .latency
+            .iter()
+            .map(|(name, s)| json!({"name": name, "one_way_ns": s}))
+            .collect();
+        let bg: Vec<_> = sc
+            .background
+            .iter()
+            .map(|b| {
+                json!({"connections": b.count, "rss_bytes_per_socket": b.rss_per_socket,
+                       "vm_bytes_per_socket": b.vm_per_socket, "messages_sent": b.sent,
+                       "bytes_received": b.received,
+                       "rate_achieved_per_socket": b.rate_achieved()})
+            })
+            .collect();
+        json!({
+            "rstream": rows,
+            "sockets": {"count": sc.sockets, "rate_per_socket": sc.rate,
+                        "latency": latency, "background": bg},
+        })
     }
 
     /// Bandwidth (the `_bw` rows) and one-way time per transfer (the `_lat` rows) against
@@ -160,6 +201,44 @@ impl Report for RstreamReport {
                 r.gbps(),
                 r.usec_per_xfer()
             )?;
+        }
+        if let Some(sc) = &self.scale {
+            writeln!(
+                out,
+                "measured on 1 of {} connections; the other {} carry {} msg/s each",
+                sc.sockets,
+                sc.sockets - 1,
+                sc.rate
+            )?;
+            for (name, s) in &sc.latency {
+                if let Some(s) = s {
+                    writeln!(
+                        out,
+                        "  {name:<10} one-way per transfer: p50 {:.3} us  p99 {:.3} us  \
+                         ({} rounds)",
+                        s.p50 as f64 / 1e3,
+                        s.p99 as f64 / 1e3,
+                        s.count
+                    )?;
+                }
+            }
+            for b in &sc.background {
+                let mib = |v: Option<u64>| {
+                    v.map_or_else(|| "?".into(), |v| format!("{:.1} KiB", v as f64 / 1024.0))
+                };
+                writeln!(
+                    out,
+                    "  background: {} connections, per idle connection {} resident, {} \
+                     virtual (this process); {} messages written ({:.0} msg/s each), {} \
+                     bytes read back",
+                    b.count,
+                    mib(b.rss_per_socket),
+                    mib(b.vm_per_socket),
+                    b.sent,
+                    b.rate_achieved(),
+                    b.received
+                )?;
+            }
         }
         Ok(())
     }

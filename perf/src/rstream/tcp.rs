@@ -4,7 +4,9 @@
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 
-use super::conn::{Conn, ConnOpts, HangGuard, Listener, Transport, fabric_err, retry_refused};
+use super::conn::{
+    BgSpec, Conn, ConnOpts, HangGuard, Listener, Transport, fabric_err, retry_refused,
+};
 use crate::PerfError;
 
 struct TcpConn {
@@ -93,7 +95,9 @@ impl Transport for Tcp {
         addr: SocketAddr,
         opts: ConnOpts,
         _inline: u32,
+        bg: Option<BgSpec>,
     ) -> Result<Box<dyn Conn>, PerfError> {
+        no_background(bg)?;
         let s = retry_refused(|| TcpStream::connect(addr))
             .map_err(|e| fabric_err(&format!("connecting to {addr}"), e))?;
         tcp_setup(&s, opts.buffer, opts.blocking)?;
@@ -102,10 +106,26 @@ impl Transport for Tcp {
 }
 
 impl Listener for TcpListener {
-    fn accept(&self, opts: ConnOpts, _inline: u32) -> Result<Box<dyn Conn>, PerfError> {
+    fn accept(
+        &self,
+        opts: ConnOpts,
+        _inline: u32,
+        bg: Option<BgSpec>,
+    ) -> Result<Box<dyn Conn>, PerfError> {
+        no_background(bg)?;
         let (s, _) = Self::accept(self).map_err(|e| fabric_err("accepting", e))?;
         tcp_setup(&s, opts.buffer, opts.blocking)?;
         Ok(Box::new(TcpConn { s }))
+    }
+}
+
+/// `--sockets` drives rsockets only (run.rs refuses it with --tcp first).
+fn no_background(bg: Option<BgSpec>) -> Result<(), PerfError> {
+    match bg {
+        None => Ok(()),
+        Some(_) => Err(PerfError::Usage(
+            "--sockets runs over rsockets only; drop --tcp / -T s".into(),
+        )),
     }
 }
 

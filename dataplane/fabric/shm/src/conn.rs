@@ -20,11 +20,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::core::DevCore;
-use crate::layout::{
-    DOORBELL_SLOTS, Doorbell, MAX_KEY_SLOTS, QpSegLayout, QpSegView, key_table_len,
-};
+use crate::layout::{DOORBELL_SLOTS, Doorbell, MAX_KEY_SLOTS, key_table_len};
 use crate::link::{ConnState, Link};
 use crate::msg::{EndpointInfo, Msg, RegionDesc};
+use crate::qpseg::{QpSegLayout, QpSegView};
 use crate::rc::{ConnHook, Peer, QpCore};
 use crate::remote::{PeerExport, RemoteKt};
 use crate::seg::map_segment;

@@ -26,7 +26,7 @@ use crate::layout::{DOORBELL_SLOTS, Doorbell};
 use crate::rc::{QpCore, RecvSide};
 use crate::util::lock;
 use dp_fabric::error::{FabricError, Result};
-use dp_fabric::traits::CompletionQueue;
+use dp_fabric::traits::{CompletionQueue, CqNotify};
 use dp_fabric::types::Completion;
 
 /// Up to this many receiving queue pairs, `poll` scans them instead of the doorbell.
@@ -306,5 +306,27 @@ impl CompletionQueue for ShmCq {
 
     fn depth(&self) -> u32 {
         self.depth
+    }
+
+    fn notifier(&self) -> Option<Arc<dyn CqNotify>> {
+        Some(Arc::new(Notifier(self.sh.clone())))
+    }
+}
+
+/// A completion queue's notifier: its doorbell's futex (see [`Doorbell`]). Peers ring the
+/// doorbell for every inbound message; local attention requests ring it too.
+struct Notifier(Arc<CqShared>);
+
+impl CqNotify for Notifier {
+    fn arm(&self) -> u32 {
+        self.0.doorbell().arm()
+    }
+
+    fn sleep(&self, token: u32, timeout: std::time::Duration) {
+        self.0.doorbell().sleep(token, timeout);
+    }
+
+    fn disarm(&self) {
+        self.0.doorbell().disarm();
     }
 }

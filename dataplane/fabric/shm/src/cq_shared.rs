@@ -50,6 +50,10 @@ impl CqShared {
         // deduplicate, so this does not fail; if it ever did, the doorbell still works.
         if t.1.enqueue(slot).is_err() {
             self.doorbell().ring(slot);
+        } else {
+            // A poller sleeping on the doorbell must see the attention request too
+            // (`ring` wakes on its own).
+            self.doorbell().wake_sleepers();
         }
     }
 

@@ -5,11 +5,10 @@
 
 use std::ptr::NonNull;
 
-use crate::layout::inbound_kind::{SEND, SEND_IMM};
-use crate::layout::{
-    KeyTable, QpSegHeader, QpSegView, UD_MTU, UdSegHeader, UdSegView, key_table_len, ud_seg_len,
-};
+use crate::layout::{KeyTable, UD_MTU, UdSegHeader, UdSegView, key_table_len, ud_seg_len};
 use crate::msg::{HDR_LEN, MAX_FDS, MAX_MSG, Msg};
+use crate::qpseg::inbound_kind::{SEND, SEND_IMM, WRITE_IMM_INLINE};
+use crate::qpseg::{InboundSlot, QpSegHeader, QpSegView, SLOT_INLINE};
 
 /// A control message (`Msg::decode`, as the service thread calls it on every datagram a
 /// peer sends): never panics; what it accepts asks for at most [`MAX_FDS`] descriptors and
@@ -101,7 +100,8 @@ pub fn seg_attach(qp: bool, mapped: u32, n: u64, tail: u64, contents: &[u8]) {
         assert!(mapped >= size_of::<QpSegHeader>());
         assert!(l.total <= mapped, "layout {} > mapped {mapped}", l.total);
         assert!(l.rq_len_off + 4 * l.rq_cap as usize <= l.slots_off);
-        assert!(l.slots_off + 32 * l.rq_cap as usize <= l.bounce_off);
+        let slot = size_of::<InboundSlot>();
+        assert!(l.slots_off + slot * l.rq_cap as usize <= l.bounce_off);
         assert!(l.bounce_off + l.bounce_len as usize <= l.total);
         let inbound = v.pop(n);
         assert_eq!(v.has(n), inbound.is_some());
@@ -120,6 +120,24 @@ pub fn seg_attach(qp: bool, mapped: u32, n: u64, tail: u64, contents: &[u8]) {
                     off - area.start,
                     l.bounce_len
                 );
+            }
+        }
+        if let Some(i) = inbound.filter(|i| i.kind == WRITE_IMM_INLINE) {
+            // `QpCore::land` copies an inline payload's `len` bytes from what `inline_src`
+            // returns for it: they must lie inside message `n`'s own slot.
+            if let Some(p) = v.inline_src(n, i.len) {
+                let i_slot = (n & u64::from(l.rq_cap - 1)) as usize;
+                let slot_at = l.slots_off + i_slot * slot;
+                let off = p as usize - base as usize;
+                assert!(
+                    i.len as usize <= SLOT_INLINE
+                        && off >= slot_at
+                        && off + i.len as usize <= slot_at + slot,
+                    "inline payload of {} bytes at {off} leaves slot {i_slot} at {slot_at}",
+                    i.len
+                );
+            } else {
+                assert!(i.len as usize > SLOT_INLINE, "{} bytes refused", i.len);
             }
         }
         assert!(m.contains(v.bounce_ptr(n), 0));

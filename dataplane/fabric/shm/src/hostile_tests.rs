@@ -8,12 +8,12 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::Ordering;
 
-use crate::layout::{Inbound, inbound_kind};
+use crate::qpseg::{Inbound, SLOT_INLINE, inbound_kind};
 use crate::{Shm, ShmConfig, ShmDevice};
 use dp_fabric::conformance::{self, Env, Pair};
 use dp_fabric::{CompletionQueue, MemoryRegion, QpCaps, QpState, RcQueuePair, RecvWr, WcStatus};
 
-fn pair(port: u16) -> (Pair<Shm>, std::path::PathBuf) {
+pub(crate) fn pair(port: u16) -> (Pair<Shm>, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("dp-hostile-{}-{port}", std::process::id()));
     let cfg = ShmConfig {
         dir: Some(dir.clone()),
@@ -96,6 +96,7 @@ fn test_send_past_the_bounce_area_is_a_violation() {
         imm: None,
         len: 8192,
         bounce_end: cap + 4096,
+        ..Inbound::default()
     };
     let c = victim_completion(&mut p, &m);
     assert_violation(&p, &c);
@@ -112,6 +113,7 @@ fn test_send_longer_than_the_bounce_area_is_a_violation() {
         imm: None,
         len: u32::MAX,
         bounce_end: u64::MAX,
+        ..Inbound::default()
     };
     let c = victim_completion(&mut p, &m);
     assert_violation(&p, &c);
@@ -129,6 +131,7 @@ fn test_send_before_the_released_bytes_is_a_violation() {
         imm: None,
         len: 16,
         bounce_end: 8,
+        ..Inbound::default()
     };
     let c = victim_completion(&mut p, &m);
     assert_violation(&p, &c);
@@ -145,9 +148,78 @@ fn test_unknown_inbound_kind_is_a_violation() {
         imm: Some(1),
         len: 4,
         bounce_end: 0,
+        ..Inbound::default()
     };
     let c = victim_completion(&mut p, &m);
     assert_violation(&p, &c);
+    drop(p);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// An inline WRITE with immediate (placed by the victim when it polls) as the peer describes
+/// it: `len` payload bytes for `key` at `addr`. The victim must check all three.
+fn inline_write(len: u32, key: u32, addr: u64) -> Inbound {
+    Inbound {
+        kind: inbound_kind::WRITE_IMM_INLINE,
+        imm: Some(5),
+        len,
+        key,
+        addr,
+        ..Inbound::default()
+    }
+}
+
+/// An inline payload longer than a slot holds: the victim would copy from the next slot
+/// (or past the slot array).
+#[test]
+fn test_inline_payload_longer_than_a_slot_is_a_violation() {
+    let (mut p, dir) = pair(22_080);
+    let to = p.b.remote(0);
+    let m = inline_write(SLOT_INLINE as u32 + 1, to.rkey, to.addr);
+    let c = victim_completion(&mut p, &m);
+    assert_violation(&p, &c);
+    drop(p);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// An inline payload for a key the victim never issued (a stale generation).
+#[test]
+fn test_inline_payload_for_an_unknown_key_is_a_violation() {
+    let (mut p, dir) = pair(22_090);
+    let to = p.b.remote(0);
+    let m = inline_write(16, to.rkey.wrapping_add(1 << 12), to.addr);
+    let c = victim_completion(&mut p, &m);
+    assert_violation(&p, &c);
+    drop(p);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// An inline payload that runs past the end of the registration its key names.
+#[test]
+fn test_inline_payload_past_its_registration_is_a_violation() {
+    let (mut p, dir) = pair(22_100);
+    let to = p.b.remote(p.b.mem.len() - 8);
+    let m = inline_write(16, to.rkey, to.addr);
+    let c = victim_completion(&mut p, &m);
+    assert_violation(&p, &c);
+    drop(p);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// An inline payload for a registration of the victim's without a remote write right: the
+/// key is real, but only for local use.
+#[test]
+fn test_inline_payload_to_a_local_only_key_is_a_violation() {
+    use dp_fabric::{Access, ProtectionDomain};
+    let (mut p, dir) = pair(22_110);
+    let local =
+        p.b.pd
+            .reg_region(&p.b.mem, 0, 4096, Access::LOCAL_WRITE)
+            .expect("register locally");
+    let m = inline_write(16, local.lkey(), local.addr());
+    let c = victim_completion(&mut p, &m);
+    assert_violation(&p, &c);
+    drop(local);
     drop(p);
     let _ = std::fs::remove_dir_all(dir);
 }

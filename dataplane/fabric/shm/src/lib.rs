@@ -24,7 +24,9 @@
 //!
 //! Reliable-connected queue pairs are in order; a WRITE stores its last byte once, after all
 //! the others, so responders may poll it as they do on RDMA hardware (module `place`); a
-//! WRITE with immediate places its data before its completion can be polled; a SEND or
+//! WRITE with immediate places its data before its completion can be polled (one of at most
+//! 80 bytes posted with [`SendFlags::PLACE_ON_POLL`](dp_fabric::SendFlags::PLACE_ON_POLL)
+//! travels in the inbound slot and is placed by that poll, module `qpseg`); a SEND or
 //! WRITE with immediate that finds no receive posted waits (receiver not ready, retried
 //! forever like `rnr_retry = 7`), it is never dropped; remote key, bounds and rights
 //! violations complete with `REM_ACCESS_ERR` and move both queue pairs to the error state;
@@ -44,7 +46,8 @@
 //! # Modules, bottom up
 //!
 //! Each module uses only modules listed before it (`scripts/check-imports.py` checks it):
-//! `util`, `layout` (shared-memory layouts), `msg` (control messages), `place`, `unix`,
+//! `util`, `layout` (shared-memory layouts), `qpseg` (the queue-pair segment and its
+//! inbound slots), `msg` (control messages), `place`, `unix`,
 //! `seg` (segments), `share` (remotely accessible memory in memfds of its own), `remote`
 //! (a peer's key table), `service` (the control thread), `core` (per-device state), `link`
 //! (a connection's control socket), `pd`, `cq_shared`, `rc` and `dgram` (the RC and UD
@@ -61,13 +64,18 @@ mod cq_shared;
 mod device;
 mod dgram;
 #[cfg(test)]
+mod doorbell_tests;
+#[cfg(test)]
 mod hostile_tests;
+#[cfg(test)]
+mod inline_tests;
 mod layout;
 mod link;
 mod msg;
 mod pd;
 mod place;
 mod qp;
+mod qpseg;
 mod rc;
 mod remote;
 mod seg;

@@ -89,6 +89,18 @@ impl PdInner {
         Some(addr as *mut u8)
     }
 
+    /// Checks a peer's WRITE into our memory, as the peer named it (`key`, `addr` in our
+    /// address space, `len` bytes, at least 1): the address, or `None` if the key is not
+    /// ours, lacks the remote write right or does not cover the range. Used to place an
+    /// inline payload at poll time (module `qpseg`), where the peer's word is all we have.
+    pub(crate) fn check_remote_write(&self, key: u32, addr: u64, len: u32) -> Option<*mut u8> {
+        let s = self.kt().lookup(key)?;
+        if s.access & Access::REMOTE_WRITE.bits() == 0 || !s.covers(addr, u64::from(len)) {
+            return None;
+        }
+        Some(addr as *mut u8)
+    }
+
     /// Adds the link of a new connection of this domain, and returns the exports to
     /// describe to its peer (with duplicated descriptors). Later exports are announced
     /// over the link.

@@ -34,9 +34,10 @@ use mempool::ring::{Consumer, Multi, Producer, Ring, Single};
 use crate::MAX_SGE;
 use crate::core::DevCore;
 use crate::cq_shared::CqShared;
-use crate::layout::{Doorbell, Inbound, QpSegLayout, QpSegView, Reserve, inbound_kind};
+use crate::layout::Doorbell;
 use crate::pd::PdInner;
 use crate::place::place;
+use crate::qpseg::{Inbound, QpSegLayout, QpSegView, Reserve, SLOT_INLINE, inbound_kind};
 use crate::remote::{PeerExport, PeerExports, RemoteKt};
 use crate::seg::new_segment_handing_off;
 use dp_fabric::error::{FabricError, PostError, PostErrorKind, Result};
@@ -258,11 +259,16 @@ impl QpCore {
                         let off = self.staging_off(p.seq);
                         // Temporarily take the staging buffer to satisfy the borrow checker.
                         let staging = std::mem::take(&mut st.staging);
-                        let r = self.exec(st, p.op, Src::Bytes(&staging[off..off + n as usize]));
+                        let r = self.exec(
+                            st,
+                            p.op,
+                            p.flags,
+                            Src::Bytes(&staging[off..off + n as usize]),
+                        );
                         st.staging = staging;
                         r
                     } else {
-                        self.exec(st, p.op, Src::Sgl(&p.sge[..usize::from(p.nsge)]))
+                        self.exec(st, p.op, p.flags, Src::Sgl(&p.sge[..usize::from(p.nsge)]))
                     };
                     match out {
                         Outcome::Blocked => return,
@@ -354,7 +360,7 @@ impl QpCore {
     }
 
     /// Executes one request now, or says it must wait.
-    fn exec(&self, st: &mut SendState, op: SendOp, src: Src<'_>) -> Outcome {
+    fn exec(&self, st: &mut SendState, op: SendOp, flags: SendFlags, src: Src<'_>) -> Outcome {
         if self.state() == QpState::Error {
             return Outcome::Done(WcStatus::WrFlushErr, 0);
         }
@@ -407,8 +413,17 @@ impl QpCore {
                 if !self.take_credit(st, peer) {
                     return Outcome::Blocked;
                 }
+                // Placed by the peer when it polls (see `qpseg`): the slot carries it.
+                let inline = flags.contains(SendFlags::PLACE_ON_POLL)
+                    && len > 0
+                    && len <= SLOT_INLINE as u64;
                 if len > 0 {
                     match self.remote(st, peer, r.rkey, r.addr, len, Access::REMOTE_WRITE) {
+                        Some(_) if inline => {
+                            if let Some(to) = peer.view.inline_dst(st.credits_used, len as u32) {
+                                copy_out(&src, to);
+                            }
+                        }
                         Some(dst) => gather(&src, dst),
                         None => return Outcome::Done(WcStatus::RemAccessErr, 0),
                     }
@@ -417,10 +432,16 @@ impl QpCore {
                     st,
                     peer,
                     &Inbound {
-                        kind: inbound_kind::WRITE_IMM,
+                        kind: if inline {
+                            inbound_kind::WRITE_IMM_INLINE
+                        } else {
+                            inbound_kind::WRITE_IMM
+                        },
                         imm: Some(imm),
                         len: len as u32,
-                        bounce_end: 0,
+                        key: r.rkey,
+                        addr: r.addr,
+                        ..Inbound::default()
                     },
                 );
                 Outcome::Done(WcStatus::Success, len as u32)
@@ -440,7 +461,7 @@ impl QpCore {
                             kind: inbound_kind::LEN_ERR,
                             imm: None,
                             len: len as u32,
-                            bounce_end: 0,
+                            ..Inbound::default()
                         },
                     );
                     return Outcome::Done(WcStatus::RemInvReqErr, 0);
@@ -470,6 +491,7 @@ impl QpCore {
                         imm,
                         len: len as u32,
                         bounce_end: start + len,
+                        ..Inbound::default()
                     },
                 );
                 Outcome::Done(WcStatus::Success, len as u32)
@@ -563,8 +585,8 @@ impl QpCore {
                 self.set_error();
                 break;
             };
+            out[n] = self.land(rs.next_in, &m, &w, &mut rs.bounce_tail);
             rs.next_in += 1;
-            out[n] = self.land(&m, &w, &mut rs.bounce_tail);
             if !out[n].is_ok() {
                 self.set_error();
             }
@@ -598,7 +620,7 @@ impl QpCore {
     /// a SEND's payload must lie in the bounce area, start at or after what we released last
     /// and end within one lap of it, or the message is a protocol violation (counted, and
     /// the queue pair goes to the error state), never a read outside our segment.
-    fn land(&self, m: &Inbound, w: &RecvWqe, bounce_tail: &mut u64) -> Completion {
+    fn land(&self, n: u64, m: &Inbound, w: &RecvWqe, bounce_tail: &mut u64) -> Completion {
         let mut c = Completion {
             wr_id: w.wr_id,
             status: WcStatus::Success,
@@ -610,6 +632,24 @@ impl QpCore {
         };
         match m.kind {
             inbound_kind::WRITE_IMM => c.opcode = WcOpcode::RecvRdmaWithImm,
+            inbound_kind::WRITE_IMM_INLINE => {
+                c.opcode = WcOpcode::RecvRdmaWithImm;
+                // The length, key and address are the peer's: the payload must fit the slot
+                // and its destination be a range our key table grants remote writes to.
+                let Some(src) = self.view.inline_src(n, m.len) else {
+                    return self.violation(c);
+                };
+                if m.len > 0 {
+                    let Some(dst) = self.pd.check_remote_write(m.key, m.addr, m.len) else {
+                        return self.violation(c);
+                    };
+                    // SAFETY: dst..dst+len is inside a live registration of ours with a
+                    // remote write right (checked); src..src+len is inside the slot
+                    // (len <= SLOT_INLINE), written before the slot's Release store, which
+                    // `pop` acquired.
+                    unsafe { ptr::copy_nonoverlapping(src, dst, m.len as usize) };
+                }
+            }
             inbound_kind::SEND | inbound_kind::SEND_IMM => {
                 let Some(src) = self.view.bounce_payload(*bounce_tail, m.bounce_end, m.len) else {
                     return self.violation(c);
@@ -699,6 +739,28 @@ fn gather(src: &Src<'_>, dst: *mut u8) {
                     dst,
                     sgl.iter().map(|s| (s.addr as *const u8, s.length as usize)),
                 );
+            }
+        }
+    }
+}
+
+/// Copies the request's bytes to `dst` in order (an inbound slot's payload area, which
+/// holds at least as many bytes: the caller checked the length against `SLOT_INLINE`).
+fn copy_out(src: &Src<'_>, dst: *mut u8) {
+    match src {
+        Src::Bytes(b) => {
+            // SAFETY: dst has room for b.len() bytes (caller); b is a live slice.
+            unsafe { ptr::copy_nonoverlapping(b.as_ptr(), dst, b.len()) };
+        }
+        Src::Sgl(sgl) => {
+            let mut at = dst;
+            for s in *sgl {
+                // SAFETY: every entry was validated against its registration (check_local);
+                // dst has room for their total length (caller).
+                unsafe {
+                    ptr::copy_nonoverlapping(s.addr as *const u8, at, s.length as usize);
+                    at = at.add(s.length as usize);
+                }
             }
         }
     }
@@ -878,7 +940,7 @@ impl QpCore {
                     Payload::Sgl(s) => Src::Sgl(s),
                     Payload::Inline(b) => Src::Bytes(b),
                 };
-                if let Outcome::Done(status, len) = core.exec(&mut st, wr.op, src) {
+                if let Outcome::Done(status, len) = core.exec(&mut st, wr.op, wr.flags, src) {
                     if core.report(&mut st, seq, wr.wr_id, wr.op, wr.flags, status, len) {
                         continue;
                     }

@@ -2,7 +2,7 @@
 //! the buffers it names, the work requests it emits, the [`RsIo`] it performs them
 //! through, and its configuration, readiness and counters.
 
-use crate::wire::{RS_SGL_SIZE, RsIomap, RsSge};
+use crate::wire::{RS_SGL_SIZE, RsIomap, RsMsg, RsOp, RsSge};
 use dp_fabric::{PostError, RemoteAddr};
 
 /// First chunk of a send; chunks double up to [`RS_MAX_TRANSFER`].
@@ -68,6 +68,17 @@ pub struct RsWr<'a> {
     pub remote: RemoteAddr,
     /// Source.
     pub local: Local<'a>,
+}
+
+impl RsWr<'_> {
+    /// True for a `Data` message: its receiver reads the bytes only after polling the
+    /// message's completion (it queues the message from the completion and reads the
+    /// receive buffer from there), so a provider may place them at poll time
+    /// ([`SendFlags::PLACE_ON_POLL`](dp_fabric::SendFlags::PLACE_ON_POLL)). Credit updates
+    /// write the target list, which the peer reads on its own schedule: not these.
+    pub fn read_after_completion(&self) -> bool {
+        self.imm.is_some_and(|i| RsMsg(i).op() == RsOp::Data)
+    }
 }
 
 /// A local access outside the buffer it names: refused by the [`RsIo`] instead of touching
@@ -191,4 +202,33 @@ pub struct ConnStats {
     pub bounds_faults: u64,
     /// The last rule broken (protocol error or refused local access).
     pub last_violation: Option<super::grant::Violation>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wr(imm: Option<u32>) -> RsWr<'static> {
+        RsWr {
+            wr_id: 0,
+            imm,
+            remote: RemoteAddr::default(),
+            local: Local::Empty,
+        }
+    }
+
+    /// Only data messages may be placed when the peer polls them: credit updates write the
+    /// target list (read by the peer's sender whenever it sends), iomap entries its table,
+    /// and plain writes (keepalive, `riowrite`) have no completion at the peer at all.
+    #[test]
+    fn only_data_messages_are_read_after_their_completion() {
+        assert!(wr(Some(RsMsg::with(RsOp::Data, 64).0)).read_after_completion());
+        for op in [RsOp::Sgl, RsOp::IomapSgl, RsOp::Ctrl] {
+            assert!(
+                !wr(Some(RsMsg::with(op, 1).0)).read_after_completion(),
+                "{op:?}"
+            );
+        }
+        assert!(!wr(None).read_after_completion());
+    }
 }

@@ -45,9 +45,12 @@ impl StreamConn {
     /// [`RsError::WouldBlock`] if a publication must wait for a send slot.
     pub fn send_iomaps(&mut self, io: &mut impl RsIo) -> Result<(), RsError> {
         while let Some(p) = self.iomap_pending.front().copied() {
+            // Behind buffered stream bytes (which must stay contiguous in the send ring):
+            // after they are written.
             if self.sqe_avail < 1
                 || self.sbuf_bytes_avail < RsIomap::LEN as u32
                 || !self.is_connected()
+                || self.unposted > 0
             {
                 return Err(RsError::WouldBlock);
             }
@@ -115,6 +118,10 @@ impl StreamConn {
     ) -> Result<usize, RsError> {
         if !self.writable || !self.is_connected() {
             return Err(RsError::ConnReset);
+        }
+        if self.unposted > 0 {
+            // Buffered stream bytes go first (and stay contiguous in the send ring).
+            return Err(RsError::WouldBlock);
         }
         if !self.iomap_pending.is_empty() {
             self.send_iomaps(io)?;

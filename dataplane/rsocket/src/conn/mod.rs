@@ -35,6 +35,13 @@
 //!   file; `SO_ERROR` still reports `EIO`.
 //! * The byte-swap decision is kept apart from the other options (librdmacm's
 //!   `opts = RS_OPT_SWAP_SGL` clobbered them).
+//! * A send that finds no credit (or no target space, or no send slot) but room in the
+//!   send buffer is accepted there and written once a credit returns, coalesced with what
+//!   follows it, as TCP's send buffer does; librdmacm instead refuses it (`EWOULDBLOCK`).
+//!   Each side may then have its whole send buffer outstanding besides the messages its
+//!   credits carry, where librdmacm stops at the credits. Two programs that both send many small messages before reading, which
+//!   TCP's buffering absorbs, deadlocked on librdmacm's credits (rstream with different
+//!   plans at its two ends, for one). See the `send` module.
 //!
 //! # Untrusted peers
 //!
@@ -60,6 +67,7 @@ use lcore::time::Instant;
 pub mod grant;
 mod io;
 mod iomap;
+mod send;
 
 pub use grant::Violation;
 pub use io::*;
@@ -112,6 +120,9 @@ pub struct StreamConn {
     sqe_avail: u32,
     sbuf_bytes_avail: u32,
     sbuf_off: u32,
+    /// Bytes at the end of the send ring (just before `sbuf_off`) accepted from the
+    /// application but not yet posted: written when credits and target space return.
+    unposted: u32,
     target_sge: u32,
     ctrl_seqno: u32,
     ctrl_max_seqno: u32,
@@ -179,6 +190,7 @@ impl StreamConn {
             sqe_avail: cfg.sq_size.saturating_sub(RS_QP_CTRL_SIZE),
             sbuf_bytes_avail: cfg.sbuf_size,
             sbuf_off: 0,
+            unposted: 0,
             target_sge: 0,
             ctrl_seqno: 0,
             ctrl_max_seqno: RS_QP_CTRL_SIZE,
@@ -382,14 +394,15 @@ impl StreamConn {
             && self.read_target(io, self.target_sge).length != 0
     }
 
-    /// Readiness for `poll`.
+    /// Readiness for `poll`: writable when a send would accept bytes, posted at once or
+    /// buffered until credits return (see [`send`](Self::send)).
     pub fn readiness(&self, io: &impl RsIo) -> Ready {
         Ready {
             readable: !self.rmsg.is_empty()
                 || !self.readable
                 || self.disconnected
                 || self.error.is_some(),
-            writable: self.can_send(io) || !self.writable,
+            writable: self.can_send(io) || self.can_buffer() || !self.writable,
             hup: self.disconnected,
             err: self.error.is_some(),
         }
@@ -400,9 +413,10 @@ impl StreamConn {
         self.rmsg.iter().map(|m| m.len as usize).sum()
     }
 
-    /// True if every send (data and control) has completed.
+    /// True if every send (data and control) has been posted and has completed.
     pub fn sends_done(&self) -> bool {
-        (self.ctrl_max_seqno - self.ctrl_seqno) + self.sqe_avail == self.cfg.sq_size
+        self.unposted == 0
+            && (self.ctrl_max_seqno - self.ctrl_seqno) + self.sqe_avail == self.cfg.sq_size
     }
 
     fn post(&mut self, io: &mut impl RsIo, wr: &RsWr<'_>) {
@@ -410,129 +424,6 @@ impl StreamConn {
             // The counters guarantee room; a refusal means the queue pair failed.
             self.fail(RsError::Io);
         }
-    }
-
-    /// Sends as much of `data` as credits, send slots, buffer space and target space allow,
-    /// in chunks of 2048 bytes doubling to 64 KiB (`rsend`). Returns the bytes queued.
-    ///
-    /// # Errors
-    /// [`RsError::ConnReset`] if the socket cannot send any more (closed, reset or shut
-    /// down for writing); [`RsError::WouldBlock`] if nothing could be queued now.
-    pub fn send(&mut self, data: &[u8], io: &mut impl RsIo) -> Result<usize, RsError> {
-        if !self.writable || !self.is_connected() {
-            return Err(RsError::ConnReset);
-        }
-        if data.is_empty() {
-            return Ok(0);
-        }
-        if !self.iomap_pending.is_empty() {
-            self.send_iomaps(io)?;
-        }
-        let mut sent = 0usize;
-        let mut olen = RS_OLAP_START_SIZE;
-        while sent < data.len() {
-            if !self.can_send(io) {
-                break;
-            }
-            let left = (data.len() - sent).min(u32::MAX as usize) as u32;
-            let mut xfer = if olen < left {
-                let x = olen;
-                if olen < RS_MAX_TRANSFER {
-                    olen <<= 1;
-                }
-                x
-            } else {
-                left
-            };
-            let mut target = self.read_target(io, self.target_sge);
-            xfer = xfer.min(self.sbuf_bytes_avail).min(target.length);
-            let chunk = &data[sent..sent + xfer as usize];
-            let local = if xfer <= self.cfg.sq_inline {
-                Local::Inline(chunk)
-            } else {
-                match self.copy_to_sbuf(io, chunk) {
-                    Ok(l) => l,
-                    Err(OutOfBounds) => {
-                        self.bounds_fault();
-                        break;
-                    }
-                }
-            };
-            let remote = RemoteAddr {
-                addr: target.addr,
-                rkey: target.key,
-            };
-            // Update the target entry before posting (the peer may rewrite it once the data
-            // lands). The address is the peer's (possibly nonsense: it is only ever handed
-            // to the fabric, which checks it against the peer's key), so it wraps.
-            target.addr = target.addr.wrapping_add(u64::from(xfer));
-            target.length -= xfer;
-            if io
-                .write(
-                    Buf::Target,
-                    self.target_sge * RsSge::LEN as u32,
-                    &target.to_bytes(HOST_BIG_ENDIAN),
-                )
-                .is_err()
-            {
-                self.bounds_fault();
-                break;
-            }
-            if target.length == 0 {
-                self.target_sge = (self.target_sge + 1) % RS_SGL_SIZE;
-            }
-            self.sseq_no = self.sseq_no.wrapping_add(1);
-            self.sqe_avail -= 1;
-            self.sbuf_bytes_avail -= xfer;
-            self.stats.data_msgs_sent += 1;
-            self.post(
-                io,
-                &RsWr {
-                    wr_id: wr_id(RsOp::Data, xfer),
-                    imm: Some(RsMsg::with(RsOp::Data, xfer).0),
-                    remote,
-                    local,
-                },
-            );
-            sent += xfer as usize;
-        }
-        if sent == 0 {
-            Err(if self.error.is_some() {
-                RsError::ConnReset
-            } else {
-                RsError::WouldBlock
-            })
-        } else {
-            Ok(sent)
-        }
-    }
-
-    /// Copies `chunk` into the send ring (wrapping into two segments if needed).
-    fn copy_to_sbuf<'a>(
-        &mut self,
-        io: &mut impl RsIo,
-        chunk: &[u8],
-    ) -> Result<Local<'a>, OutOfBounds> {
-        let n = chunk.len() as u32;
-        let first = n.min(self.cfg.sbuf_size - self.sbuf_off);
-        io.write(Buf::Sbuf, self.sbuf_off, &chunk[..first as usize])?;
-        let s1 = Seg {
-            buf: Buf::Sbuf,
-            off: self.sbuf_off,
-            len: first,
-        };
-        let s2 = if first < n {
-            io.write(Buf::Sbuf, 0, &chunk[first as usize..])?;
-            Some(Seg {
-                buf: Buf::Sbuf,
-                off: 0,
-                len: n - first,
-            })
-        } else {
-            None
-        };
-        self.sbuf_off = (self.sbuf_off + n) % self.cfg.sbuf_size;
-        Ok(Local::Segs(s1, s2))
     }
 
     /// Copies queued data into `buf` (`rrecv`); with `peek`, leaves it queued.
@@ -761,6 +652,7 @@ impl StreamConn {
                 self.to_repost -= 1;
             }
         }
+        self.flush_unposted(io);
         self.try_post_ctrl(io);
         if self.give_credits() {
             self.send_credits(io);
@@ -881,7 +773,8 @@ impl StreamConn {
         let Some(code) = self.pending_ctrl else {
             return;
         };
-        if !self.ctrl_slot_free() || !self.connected || self.error.is_some() {
+        // A shutdown or disconnect goes after every byte accepted before it.
+        if !self.ctrl_slot_free() || !self.connected || self.error.is_some() || self.unposted > 0 {
             return;
         }
         self.pending_ctrl = None;

@@ -22,8 +22,8 @@ use crate::error::{RsError, fabric_err};
 use crate::opts::SockOpts;
 use crate::wire::{ConnData, ConnDataRepr};
 use dp_fabric::{
-    CmChannel, CmEvent, ConnId, ConnRequest, Device, ListenId, Provider, QpCaps, QpInit,
-    RcQueuePair,
+    CmChannel, CmEvent, CompletionQueue, ConnId, ConnRequest, Device, ListenId, Provider, QpCaps,
+    QpInit, RcQueuePair,
 };
 use dp_wire::Error as WireError;
 
@@ -326,6 +326,7 @@ impl<P: Provider> Control<P> {
             conn,
             pd,
             qp,
+            notify: cq.notifier(),
             cq,
             conn_id,
             bufs,
@@ -447,6 +448,7 @@ impl<P: Provider> Control<P> {
             conn,
             pd,
             qp,
+            notify: cq.notifier(),
             cq,
             conn_id,
             bufs,

@@ -45,6 +45,10 @@ pub(super) struct Data<P: Provider> {
     pub(super) free_ids: Vec<u32>,
     pub(super) scratch: Vec<Completion>,
     pub(super) keepalive_socks: usize,
+    /// Streams whose sends wait in their send ring for credits (see `conn::send`): made
+    /// progress on with every other progress, so the bytes go out even if the application
+    /// never calls on that socket again.
+    pub(super) unposted: Vec<SockId>,
 }
 
 impl<P: Provider> Data<P> {
@@ -54,6 +58,7 @@ impl<P: Provider> Data<P> {
             free_ids: Vec::new(),
             scratch: vec![Completion::default(); 64],
             keepalive_socks: 0,
+            unposted: Vec::with_capacity(16),
         }
     }
 
@@ -132,8 +137,17 @@ impl<P: Provider> Data<P> {
         work
     }
 
-    /// Progress for one socket only: the cheap path of a blocking call on that socket.
+    /// Progress for one socket only: the cheap path of a blocking call on that socket
+    /// (and for the sockets whose buffered sends wait for credits, if any).
     pub(super) fn progress_one(&mut self, id: SockId) -> usize {
+        let mut work = self.progress_stream(id);
+        if !self.unposted.is_empty() {
+            work += self.progress_unposted();
+        }
+        work
+    }
+
+    fn progress_stream(&mut self, id: SockId) -> usize {
         let scratch = &mut self.scratch;
         if let Some(Some(Sock {
             kind: Kind::Stream(st),
@@ -143,6 +157,27 @@ impl<P: Provider> Data<P> {
             return st.progress(scratch);
         }
         0
+    }
+
+    /// Progress on the sockets with buffered sends; drops those that have none left (or
+    /// are gone).
+    fn progress_unposted(&mut self) -> usize {
+        let mut work = 0;
+        let mut i = 0;
+        while i < self.unposted.len() {
+            let id = self.unposted[i];
+            work += self.progress_stream(id);
+            let still = matches!(
+                self.socks.get(id.0 as usize),
+                Some(Some(Sock { kind: Kind::Stream(st), .. })) if st.conn.has_unposted()
+            );
+            if still {
+                i += 1;
+            } else {
+                self.unposted.swap_remove(i);
+            }
+        }
+        work
     }
 
     /// Hands out a connection accepted in the background.
@@ -161,7 +196,16 @@ impl<P: Provider> Data<P> {
             _ => return Err(RsError::WouldBlock),
         }
         let (c, mut io) = st.io();
-        c.send(data, &mut io)
+        let r = c.send(data, &mut io);
+        if c.has_unposted() && !self.unposted.contains(&id) {
+            self.unposted.push(id);
+        }
+        r
+    }
+
+    /// True while `id` holds sends buffered for want of credits.
+    pub(super) fn has_unposted(&mut self, id: SockId) -> bool {
+        self.stream(id).is_ok_and(|st| st.conn.has_unposted())
     }
 
     pub(super) fn recv(

@@ -63,7 +63,7 @@ use crate::arena::{ARENA_CHUNK, Arena};
 use crate::conn::{Ready, Shutdown};
 use crate::error::RsError;
 use crate::opts::{RsConfig, SockOpt, SockOptName, SockOpts};
-use crate::wait::Waiter;
+use crate::wait::{Armed, Waiter};
 use dp_fabric::{CmChannel, Device, FabricError, Provider};
 
 mod control;
@@ -302,21 +302,36 @@ impl<P: Provider> RsContext<P> {
         }
     }
 
-    /// Sends (`rsend`). A blocking socket blocks until every byte is queued (not
-    /// acknowledged); a non-blocking one returns what it could queue.
+    /// Sends (`rsend`). A blocking socket blocks until every byte is posted (not
+    /// acknowledged), as librdmacm's; a non-blocking one returns what it could queue,
+    /// posted or buffered in the send ring until credits return (which any later call on
+    /// the context moves along; see `conn::send`).
     ///
     /// # Errors
     /// `EWOULDBLOCK` (non-blocking, nothing queued), `ECONNRESET` (closed or reset; never
     /// `EPIPE`), `ENOTCONN`.
     pub fn send(&self, id: SockId, data: &[u8], flags: SendFlagsRs) -> Result<usize, RsError> {
+        if data.is_empty() {
+            // Still reports a closed or unconnected socket.
+            return match self.data().send(id, data) {
+                Err(RsError::WouldBlock) => Ok(0),
+                r => r,
+            };
+        }
         let mut done = 0usize;
         let mut w = Waiter::new(self.polling_time);
+        let mut armed: Option<Armed> = None;
         loop {
             let (r, nonblocking) = {
                 let mut c = self.data();
-                let r = c.send(id, &data[done..]);
+                let mut r = c.send(id, &data[done..]);
+                if matches!(r, Err(RsError::WouldBlock)) {
+                    // Completions not yet polled may have freed room (as `recv` does).
+                    c.progress_one(id);
+                    r = c.send(id, &data[done..]);
+                }
                 let nb = c.sock(id)?.nonblocking || flags.dontwait;
-                if r.is_err() || done + r.unwrap_or(0) < data.len() {
+                if r.is_err() || done + r.unwrap_or(0) < data.len() || c.has_unposted(id) {
                     c.progress_one(id);
                 }
                 (r, nb)
@@ -324,10 +339,17 @@ impl<P: Provider> RsContext<P> {
             match r {
                 Ok(n) => {
                     done += n;
-                    if done == data.len() || nonblocking {
+                    if nonblocking {
                         return Ok(done);
                     }
-                    w.reset();
+                    if done == data.len() {
+                        // Blocking: returns once the bytes are posted, not only buffered.
+                        if !self.data().has_unposted(id) {
+                            return Ok(done);
+                        }
+                    } else {
+                        w.reset();
+                    }
                 }
                 Err(RsError::WouldBlock) if !nonblocking => {}
                 Err(RsError::WouldBlock) if done > 0 => return Ok(done),
@@ -336,7 +358,7 @@ impl<P: Provider> RsContext<P> {
             if data.is_empty() {
                 return Ok(0);
             }
-            w.wait();
+            self.wait(id, &mut w, &mut armed);
         }
     }
 
@@ -348,6 +370,7 @@ impl<P: Provider> RsContext<P> {
     pub fn recv(&self, id: SockId, buf: &mut [u8], flags: RecvFlags) -> Result<usize, RsError> {
         let mut done = 0usize;
         let mut w = Waiter::new(self.polling_time);
+        let mut armed: Option<Armed> = None;
         loop {
             let (r, nonblocking) = {
                 let mut c = self.data();
@@ -373,8 +396,39 @@ impl<P: Provider> RsContext<P> {
             if buf.is_empty() {
                 return Ok(0);
             }
-            w.wait();
+            self.wait(id, &mut w, &mut armed);
         }
+    }
+
+    /// One wait of a blocking send or receive on stream `id` that found nothing to do:
+    /// busy polls for the polling time ([`Waiter`]), then sleeps on the socket's completion
+    /// queue notifier until the peer's next message (as librdmacm blocks on its completion
+    /// channel after `polling_time`), so a waiting thread gives its core to the peer when
+    /// both share one. The caller attempts once between arming and sleeping: a message
+    /// that arrived before the arm is found then, one after it ends the sleep. Without a
+    /// notifier (a provider that has none), the [`Waiter`] yields and naps instead.
+    fn wait(&self, id: SockId, w: &mut Waiter, armed: &mut Option<Armed>) {
+        if let Some(a) = armed.take() {
+            a.sleep();
+            return;
+        }
+        if w.spun_out() {
+            // Not while sockets' buffered sends wait for credits: this thread moves them
+            // along, and their credits ring their own queues, not this one.
+            let n = {
+                let mut c = self.data();
+                if c.unposted.is_empty() {
+                    c.stream(id).ok().and_then(|st| st.notify.clone())
+                } else {
+                    None
+                }
+            };
+            if let Some(n) = n {
+                *armed = Some(Armed::new(n));
+                return;
+            }
+        }
+        w.wait();
     }
 
     /// Shuts down one or both directions (`rshutdown`); waits (always blocking, as in

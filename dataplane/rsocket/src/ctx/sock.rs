@@ -4,14 +4,15 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use crate::arena::SockBufs;
 use crate::conn::{Buf, Local, OutOfBounds, RsIo, RsWr, Seg, StreamConn};
 use crate::error::RsError;
 use crate::opts::SockOpts;
 use dp_fabric::{
-    Completion, CompletionQueue, ConnId, FabricError, ListenId, Payload, PostError, PostErrorKind,
-    Provider, RcQueuePair, RecvWr, SendFlags, SendOp, SendWr, Sge,
+    Completion, CompletionQueue, ConnId, CqNotify, FabricError, ListenId, Payload, PostError,
+    PostErrorKind, Provider, RcQueuePair, RecvWr, SendFlags, SendOp, SendWr, Sge,
 };
 
 /// Names a socket of a context.
@@ -57,6 +58,8 @@ pub(super) struct Stream<P: Provider> {
     pub(super) pd: P::Pd,
     pub(super) qp: P::Qp,
     pub(super) cq: P::Cq,
+    /// `cq`'s notifier: blocking calls sleep on it once their polling time is over.
+    pub(super) notify: Option<Arc<dyn CqNotify>>,
     pub(super) conn_id: ConnId,
     pub(super) bufs: SockBufs<P>,
     pub(super) phase: Phase,
@@ -176,11 +179,18 @@ impl<P: Provider> RsIo for Io<'_, P> {
                 }
             }
         };
+        // A Data message's bytes may travel in the peer's completion (one cache line pair
+        // between the processes for a small message, on the shm provider).
+        let flags = if wr.read_after_completion() {
+            SendFlags::SIGNALED | SendFlags::PLACE_ON_POLL
+        } else {
+            SendFlags::SIGNALED
+        };
         self.qp.post_send(&[SendWr {
             wr_id: wr.wr_id,
             op,
             payload,
-            flags: SendFlags::SIGNALED,
+            flags,
         }])
     }
 

@@ -1,0 +1,111 @@
+//! WRITEs with immediate that the sender lets the responder place at poll time
+//! ([`SendFlags::PLACE_ON_POLL`]): up to [`SLOT_INLINE`] bytes travel in the inbound slot
+//! and reach their destination when the responder polls the completion, not before; longer
+//! ones, and requests without the flag, are placed at once as before.
+
+use dp_fabric::{
+    Completion, CompletionQueue, MemoryRegion, Payload, RcQueuePair, RecvWr, SendFlags, SendOp,
+    SendWr, WcOpcode,
+};
+
+use crate::hostile_tests::pair;
+use crate::qpseg::SLOT_INLINE;
+
+/// Posts one WRITE with immediate of `len` pattern bytes to offset `off` of the passive
+/// side's buffer, inline bytes or a gather entry, and waits for its send completion.
+fn write_imm(
+    p: &mut dp_fabric::conformance::Pair<crate::Shm>,
+    off: usize,
+    len: usize,
+    sgl: bool,
+    flags: SendFlags,
+) {
+    let bytes: Vec<u8> = (0..len).map(|i| (i as u8) ^ 0xA5).collect();
+    p.a.fill(0, len, |i| (i as u8) ^ 0xA5);
+    let sge = [p.a.mr.sge(0, len as u32)];
+    let payload = if sgl {
+        Payload::Sgl(&sge)
+    } else {
+        Payload::Inline(&bytes)
+    };
+    p.a.qp
+        .post_send(&[SendWr {
+            wr_id: off as u64,
+            op: SendOp::WriteImm(p.b.remote(off), len as u32),
+            payload,
+            flags: SendFlags::SIGNALED | flags,
+        }])
+        .expect("post_send");
+    let mut out = [Completion::default(); 4];
+    for _ in 0..1_000_000 {
+        let n = p.a.cq.poll(&mut out);
+        if let Some(c) = out[..n].iter().find(|c| c.wr_id == off as u64) {
+            assert!(c.is_ok(), "{c:?}");
+            return;
+        }
+    }
+    panic!("the send never completed");
+}
+
+/// True if the passive side's buffer holds the pattern of `len` bytes at `off`.
+fn placed(p: &dp_fabric::conformance::Pair<crate::Shm>, off: usize, len: usize) -> bool {
+    (0..len).all(|i| p.b.byte(off + i) == (i as u8) ^ 0xA5)
+}
+
+/// Polls the passive side until its receive completes; returns the completion.
+fn recv_one(p: &mut dp_fabric::conformance::Pair<crate::Shm>) -> Completion {
+    let mut out = [Completion::default(); 4];
+    for _ in 0..1_000_000 {
+        if p.b.cq.poll(&mut out[..1]) == 1 {
+            return out[0];
+        }
+    }
+    panic!("the receive never completed");
+}
+
+#[test]
+fn test_small_write_imm_is_placed_when_polled() {
+    let (mut p, dir) = pair(22_200);
+    for i in 0..8 {
+        p.b.qp
+            .post_recv(&[RecvWr { wr_id: i, sgl: &[] }])
+            .expect("post_recv");
+    }
+    let cases = [
+        // (offset, length, gather entry, flags, deferred)
+        (0, 64, false, SendFlags::PLACE_ON_POLL, true),
+        (4096, SLOT_INLINE, true, SendFlags::PLACE_ON_POLL, true),
+        (8192, 1, false, SendFlags::PLACE_ON_POLL, true),
+        (
+            12288,
+            SLOT_INLINE + 1,
+            true,
+            SendFlags::PLACE_ON_POLL,
+            false,
+        ),
+        (16384, 64, false, SendFlags::NONE, false),
+    ];
+    for (k, &(off, len, sgl, flags, deferred)) in cases.iter().enumerate() {
+        write_imm(&mut p, off, len, sgl, flags);
+        assert_eq!(
+            placed(&p, off, len),
+            !deferred,
+            "case {k}: {len} bytes placed {} the responder polled",
+            if deferred { "before" } else { "only after" }
+        );
+        let c = recv_one(&mut p);
+        assert!(c.is_ok(), "case {k}: {c:?}");
+        assert_eq!(c.opcode, WcOpcode::RecvRdmaWithImm, "case {k}");
+        assert_eq!(
+            (c.byte_len, c.imm),
+            (len as u32, Some(len as u32)),
+            "case {k}"
+        );
+        assert!(
+            placed(&p, off, len),
+            "case {k}: data not visible at completion"
+        );
+    }
+    drop(p);
+    let _ = std::fs::remove_dir_all(dir);
+}
