@@ -26,6 +26,14 @@ impl<P: Provider> std::fmt::Debug for RsStream<P> {
 }
 
 impl<P: Provider> RsStream<P> {
+    /// Moves buffered sends along and says whether any remain: bytes `write` accepted
+    /// beyond the peer's credits and not yet written to it (`SIOCOUTQ`'s unsent part). A
+    /// poll-driven program half-closes only once this is false, so `shutdown` need not
+    /// wait for a peer that it is itself responsible for polling.
+    pub fn send_pending(&self) -> bool {
+        self.ctx.send_pending(self.id)
+    }
+
     /// Connects to `addr`, blocking until established.
     ///
     /// # Errors

@@ -331,7 +331,10 @@ impl<P: Provider> RsClient<P> {
         }
         let echoed_all =
             self.echo.is_none() || (self.echoed == self.sent && self.outbuf.is_empty());
-        if self.input.at_eof() && self.txbuf.is_empty() && echoed_all {
+        // Bytes the stream buffered for want of credits must reach the server before the
+        // half-close: `shutdown` would otherwise wait for them while this thread (which may
+        // also poll the server) is blocked in it.
+        if self.input.at_eof() && self.txbuf.is_empty() && echoed_all && !s.send_pending() {
             // Orderly close, as with TCP: half-close (this waits, bounded, for the last
             // sends to complete), then wait for the server to see end of stream and close
             // its side, and only then close. Closing at once could let the connection

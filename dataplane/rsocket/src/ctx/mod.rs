@@ -460,6 +460,15 @@ impl<P: Provider> RsContext<P> {
         Ok(())
     }
 
+    /// Makes progress on `id` and says whether it still holds sent bytes buffered for want
+    /// of credits (accepted by `send`, not yet written to the peer). A non-blocking program
+    /// that must not block in `shutdown` waits for this to turn false first, polling.
+    pub fn send_pending(&self, id: SockId) -> bool {
+        let mut c = self.data();
+        c.progress_one(id);
+        c.has_unposted(id)
+    }
+
     fn wait_sends(&self, id: SockId) {
         let deadline = StdInstant::now() + CLOSE_TIMEOUT;
         let mut w = Waiter::new(self.polling_time);
