@@ -87,8 +87,9 @@
 //! requests); a completion is a copy of at most 8 bytes of payload. No allocation, no
 //! system call, no lock beyond the provider's.
 
-/// Under load, the drivers poll the control path (connection-manager events, timers) once
-/// every this many turns of their loop; when a turn finds no completion, every turn.
+/// The drivers poll the control path (connection-manager events, timers) once every this
+/// many turns of their loop, busy or idle, so it stays off the round trip of a request (a
+/// CM channel poll costs about as much as a completion-queue poll on shm).
 pub const CTRL_EVERY: u32 = 16;
 
 pub mod client;
