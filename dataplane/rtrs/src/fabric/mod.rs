@@ -81,6 +81,13 @@
 //! in `dp-fabric` yet: such a request is refused with `Unsupported`, and a server with
 //! `always_invalidate` refuses connections with `-EOPNOTSUPP` (its `map_chunks` fails).
 //!
+//! What registered-once costs in trust: while a path is up, its server may RDMA-write any
+//! byte of the client's data regions (they are registered for remote write on the path),
+//! not only the buffer of a READ in flight; and a client may write any chunk of its own
+//! session. Per-IO registration (Linux's default) narrows the first to the buffers of the
+//! READs in flight; it needs the invalidation above. Other sessions' chunks and other
+//! paths' registrations are out of reach either way (their protection domains differ).
+//!
 //! # Cost on the data path
 //!
 //! A request is one `post_send` of a chain built on the stack (at most [`MAX_CHAIN`]
