@@ -146,6 +146,13 @@
 //! per path: state, in-flight, latency) can implement; requests are kept per path, indexed
 //! by permit, as in Linux, so a path's lcore owns its table and a failover moves one small
 //! record. Heartbeats, reconnect and failover need nothing from the driver but timers.
+//!
+//! Invalidation on shm (for `always_invalidate` and per-IO registration) needs more than new
+//! work requests: `ib_inc_rkey` rotates a key's low 8 bits (the consumer key), while a dp-shm
+//! key is `generation << 12 | index`, so its low bits name the key-table slot. The shm key
+//! layout must first put the slot in the high bits and a consumer key in the low 8 (its
+//! generation check then covers the consumer key), before `LOCAL_INV` can be the owner's
+//! generation bump and a re-registration a bind under a chosen consumer key.
 #![deny(unsafe_code)]
 
 pub mod clt;

@@ -169,7 +169,15 @@ impl RtrsArgs {
                     ..ShmConfig::default()
                 })
                 .map_err(open_err)?;
-                self.run_on::<Shm>(Arc::new(dev), common, SHM_PAIR_IP, dir.as_ref())
+                let r = self.run_on::<Shm>(Arc::new(dev), common, SHM_PAIR_IP, dir.as_ref());
+                // The private rendezvous directory of a pair: both processes are done.
+                if self.pair
+                    && self.shm_dir.is_none()
+                    && let Some(d) = &dir
+                {
+                    let _ = std::fs::remove_dir_all(d);
+                }
+                r
             }
             #[cfg(feature = "verbs")]
             ProviderKind::Verbs => {

@@ -81,14 +81,22 @@
 //! in `dp-fabric` yet: such a request is refused with `Unsupported`, and a server with
 //! `always_invalidate` refuses connections with `-EOPNOTSUPP` (its `map_chunks` fails).
 //!
+//! What registered-once costs in trust: while a path is up, its server may RDMA-write any
+//! byte of the client's data regions (they are registered for remote write on the path),
+//! not only the buffer of a READ in flight; and a client may write any chunk of its own
+//! session. Per-IO registration (Linux's default) narrows the first to the buffers of the
+//! READs in flight; it needs the invalidation above. Other sessions' chunks and other
+//! paths' registrations are out of reach either way (their protection domains differ).
+//!
 //! # Cost on the data path
 //!
 //! A request is one `post_send` of a chain built on the stack (at most [`MAX_CHAIN`]
 //! requests); a completion is a copy of at most 8 bytes of payload. No allocation, no
 //! system call, no lock beyond the provider's.
 
-/// Under load, the drivers poll the control path (connection-manager events, timers) once
-/// every this many turns of their loop; when a turn finds no completion, every turn.
+/// The drivers poll the control path (connection-manager events, timers) once every this
+/// many turns of their loop, busy or idle, so it stays off the round trip of a request (a
+/// CM channel poll costs about as much as a completion-queue poll on shm).
 pub const CTRL_EVERY: u32 = 16;
 
 pub mod client;

@@ -178,12 +178,14 @@ impl<P: Provider> QpRes<P> {
     }
 
     fn new(conn: Conn, conn_id: ConnId, qp: P::Qp, cq: P::Cq, caps: QpCaps) -> Self {
+        // What the device granted, which may be less than asked.
+        let max_inline = qp.caps().max_inline_data.min(caps.max_inline_data);
         Self {
             conn,
             conn_id,
             qp,
             cq,
-            max_inline: caps.max_inline_data,
+            max_inline,
             posted: VecDeque::with_capacity(caps.max_recv_wr as usize + 1),
             small: None,
             small_slots: caps.max_recv_wr as usize,
