@@ -120,7 +120,7 @@ for mode in tcp rs; do
     off=0; [ "$mode" = rs ] && off=1
     p=$((port + 10 + off))
     serve "$mode" "$p" sockperf sr --tcp -i 127.0.0.1 -p "$p"
-    client "$mode" sockperf pp --tcp -i 127.0.0.1 -p "$p" -m 64 -t "$secs" >"$work/sp.$mode" 2>&1 || true
+    client "$mode" sockperf pp --tcp -i 127.0.0.1 -p "$p" -m 64 -t "$secs" --mps 100000 >"$work/sp.$mode" 2>&1 || true
     stop
     v=$(awk -F= '/percentile 50.000/ { gsub(/ /, "", $2); print $2 }' "$work/sp.$mode")
     echo "${v:-0}" >"$work/sp50.$mode"
