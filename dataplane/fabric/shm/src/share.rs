@@ -543,7 +543,20 @@ fn convertible(v: &Vma) -> bool {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use std::sync::{Mutex, MutexGuard, PoisonError};
+
     use super::*;
+
+    /// Serialises the tests that share anonymous memory: shares are found by address in a
+    /// process-wide table, so a test whose mapping reuses the address of another test's
+    /// share that is still being torn down would see that share (a rare failure of
+    /// `a_write_after_deregistration_does_not_reach_the_memory`, about 1 run in 25).
+    pub(crate) fn serial() -> MutexGuard<'static, ()> {
+        static SERIAL: Mutex<()> = Mutex::new(());
+        SERIAL
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 
     /// A private anonymous mapping of `pages` pages that no other test thread touches
     /// (heap pages could be written by other tests during a conversion).
@@ -615,6 +628,7 @@ pub(crate) mod tests {
 
     #[test]
     fn keeps_address_and_bytes_and_reuses_ranges() {
+        let _serial = serial();
         let page = page_size();
         let m = Anon::new(4);
         let base = m.ptr as usize;
@@ -653,6 +667,7 @@ pub(crate) mod tests {
     /// its mapping (or its descriptor) writes into pages the program no longer sees.
     #[test]
     fn a_write_after_deregistration_does_not_reach_the_memory() {
+        let _serial = serial();
         let m = Anon::new(2);
         let base = m.ptr as usize;
         m.set(0, 1);
@@ -685,6 +700,7 @@ pub(crate) mod tests {
     /// the region's other sharers see them again.
     #[test]
     fn a_region_range_goes_back_to_the_region() {
+        let _serial = serial();
         let r = Region::new(
             &mempool::memory::RegionConfig::new("t-share-region", 4 * page_size())
                 .shareable(true)
@@ -721,6 +737,7 @@ pub(crate) mod tests {
     /// A registration peers may only read cannot be mapped writable by a peer.
     #[test]
     fn a_read_only_share_cannot_be_mapped_writable() {
+        let _serial = serial();
         let m = Anon::new(1);
         let (s, _) = share_raw(m.ptr as usize, 10, false).unwrap();
         assert!(peer_map(&s.fd, s.len, libc::PROT_READ | libc::PROT_WRITE).is_none());
@@ -739,6 +756,7 @@ pub(crate) mod tests {
 
     #[test]
     fn refuses_what_it_must_not_convert() {
+        let _serial = serial();
         // A read-only mapping.
         let m = Anon::new(1);
         // SAFETY: changing the protection of our own mapping, which nothing writes.
@@ -767,6 +785,7 @@ pub(crate) mod tests {
 
     #[test]
     fn parses_maps_and_finds_gaps() {
+        let _serial = serial();
         let v = parse_line(
             "7f95f35bb000-7f95f35bd000 rw-s 00001000 00:01 93386                      \
              /memfd:dp-shm-share-7 (deleted)",
