@@ -553,9 +553,7 @@ pub(crate) mod tests {
     /// `a_write_after_deregistration_does_not_reach_the_memory`, about 1 run in 25).
     pub(crate) fn serial() -> MutexGuard<'static, ()> {
         static SERIAL: Mutex<()> = Mutex::new(());
-        SERIAL
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A private anonymous mapping of `pages` pages that no other test thread touches
