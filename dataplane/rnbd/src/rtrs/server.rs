@@ -177,15 +177,16 @@ impl<P: Provider, B: Backend> RnbdServer<P, B> {
             RtrsDir::Write => (Dir::Write, data_len as usize),
         };
         let len = len.min(chunk_size);
-        let name = self
-            .srv
-            .path_name(op.path)
-            .map(|p| String::from_utf8_lossy(p.as_bytes()).into_owned())
-            .unwrap_or_default();
-        let session = self
-            .sessions
-            .entry(sess)
-            .or_insert_with(|| ServerSession::new(name));
+        // The session's name (its `%SESSNAME%`) is read only when its first request makes
+        // it: no allocation per request.
+        let srv = &self.srv;
+        let session = self.sessions.entry(sess).or_insert_with(|| {
+            let name = srv
+                .path_name(op.path)
+                .map(|p| String::from_utf8_lossy(p.as_bytes()).into_owned())
+                .unwrap_or_default();
+            ServerSession::new(name)
+        });
         let slot = match self.free.pop() {
             Some(s) => s as usize,
             None => {
