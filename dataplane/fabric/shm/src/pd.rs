@@ -460,7 +460,7 @@ mod tests {
     use std::net::{IpAddr, Ipv4Addr};
 
     use crate::Shm;
-    use crate::share::tests::{Anon, serial};
+    use crate::share::tests::Anon;
     use crate::{ShmConfig, ShmDevice};
     use dp_fabric::conformance::{self, Env};
     use dp_fabric::{
@@ -488,7 +488,6 @@ mod tests {
             max_inline_data: 64,
         };
         let mut p = conformance::connect::<Shm>(&env, env.port, caps, &[], &[]).expect("connect");
-        let _serial = serial();
         let m = Anon::new(3);
         for i in 0..m.len {
             m.set(i, 0xEE);

@@ -46,9 +46,29 @@ use mempool::memory::{Region, registry};
 
 use crate::util::lock;
 
-/// Every live share of this process (mappings belong to the process, not to a
-/// protection domain), for finding the share of a range that is registered again.
-static SHARES: Mutex<Vec<Weak<Share>>> = Mutex::new(Vec::new());
+/// Every share of this process (mappings belong to the process, not to a protection
+/// domain), for finding the share of a range that is registered again.
+///
+/// An entry keeps the range and rights beside the `Weak`, so a lookup never has to take a
+/// strong reference to a share it does not want: a transient reference taken by one
+/// thread's lookup would turn it into the last holder when the registering thread
+/// deregisters, and its drop would then copy the pages back after their region was
+/// unmapped (a SIGSEGV seen in `rsocket_shm`), or over whatever reused the addresses.
+///
+/// An entry leaves the table only once its share has given the pages their memory back
+/// ([`Share`]'s drop removes it), so a range whose entry is dead (no strong reference) is
+/// being restored right now: a new registration of it waits for that to finish instead of
+/// mapping a new memfd that the restore would then map over.
+static SHARES: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+
+/// One share in [`SHARES`].
+#[derive(Debug)]
+struct Entry {
+    base: usize,
+    len: usize,
+    writable: bool,
+    share: Weak<Share>,
+}
 
 /// What backed a range before it was shared, and is put back afterwards.
 #[derive(Debug)]
@@ -97,6 +117,24 @@ impl Share {
 
 impl Drop for Share {
     fn drop(&mut self) {
+        self.give_back();
+        // Only now may the range be shared again (see SHARES). Entries do not overlap, so
+        // the base names this share's entry; the dead-weak check keeps a live entry of the
+        // same base safe should one ever exist.
+        let mut table = lock(&SHARES);
+        if let Some(i) = table
+            .iter()
+            .position(|e| e.base == self.base && e.share.strong_count() == 0)
+        {
+            table.swap_remove(i);
+        }
+    }
+}
+
+impl Share {
+    /// Puts the pages' original backing back, unless the memory is being freed or (raw
+    /// memory) is no longer ours.
+    fn give_back(&self) {
         // Relaxed: see skip_restore.
         if !self.restore.load(Ordering::Relaxed) {
             return;
@@ -209,31 +247,40 @@ fn share_range(
         .checked_add(len.max(1))
         .and_then(|e| e.checked_next_multiple_of(page))
         .ok_or("the range runs past the end of the address space")?;
-    let mut table = lock(&SHARES);
-    table.retain(|w| w.strong_count() > 0);
-    let live: Vec<Arc<Share>> = table.iter().filter_map(Weak::upgrade).collect();
-    if let Some(s) = live
-        .iter()
-        .find(|s| s.base <= start && end <= s.base + s.len)
-    {
-        if writable && !s.writable {
+    let mut table = loop {
+        let table = lock(&SHARES);
+        let Some(e) = table
+            .iter()
+            .find(|e| e.base < end && start < e.base + e.len)
+        else {
+            break table;
+        };
+        let inside = e.base <= start && end <= e.base + e.len;
+        let (base, top, shared_writable) = (e.base, e.base + e.len, e.writable);
+        let Some(s) = e.share.upgrade() else {
+            // Being given back by its last holder on another thread: wait for it to leave
+            // the table (a deregistration's copy, a short wait on the control path).
+            drop(table);
+            std::thread::yield_now();
+            continue;
+        };
+        // Never drop a share while holding the table: it may be the last reference now,
+        // and its drop takes the table.
+        drop(table);
+        if !inside {
             return Err(format!(
-                "pages {:#x}..{:#x} are registered read-only for remote access already; \
-                 register them with the same rights, or deregister them first",
-                s.base,
-                s.base + s.len
+                "it overlaps pages {base:#x}..{top:#x}, registered for remote access; register \
+                 a range inside them or outside them, or deregister them first"
             ));
         }
-        return Ok((s.clone(), addr - s.base));
-    }
-    if let Some(s) = live.iter().find(|s| s.base < end && start < s.base + s.len) {
-        return Err(format!(
-            "it overlaps pages {:#x}..{:#x}, registered for remote access; register a range \
-             inside them or outside them, or deregister them first",
-            s.base,
-            s.base + s.len
-        ));
-    }
+        if writable && !shared_writable {
+            return Err(format!(
+                "pages {base:#x}..{top:#x} are registered read-only for remote access \
+                 already; register them with the same rights, or deregister them first"
+            ));
+        }
+        return Ok((s, addr - base));
+    };
     let unknown = matches!(backing, Origin::Unknown);
     let backing = match backing {
         Origin::Region(region_base) => Backing::File {
@@ -268,8 +315,14 @@ fn share_range(
         writable,
         raw,
     )?);
-    table.push(Arc::downgrade(&s));
-    Ok((s.clone(), addr - start))
+    table.push(Entry {
+        base: s.base,
+        len: s.len,
+        writable: s.writable,
+        share: Arc::downgrade(&s),
+    });
+    drop(table);
+    Ok((s, addr - start))
 }
 
 /// Copies `[start, start + len)` into a fresh sealed memfd and maps it over the range.
@@ -543,18 +596,7 @@ fn convertible(v: &Vma) -> bool {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use std::sync::{Mutex, MutexGuard, PoisonError};
-
     use super::*;
-
-    /// Serialises the tests that share anonymous memory: shares are found by address in a
-    /// process-wide table, so a test whose mapping reuses the address of another test's
-    /// share that is still being torn down would see that share (a rare failure of
-    /// `a_write_after_deregistration_does_not_reach_the_memory`, about 1 run in 25).
-    pub(crate) fn serial() -> MutexGuard<'static, ()> {
-        static SERIAL: Mutex<()> = Mutex::new(());
-        SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
-    }
 
     /// A private anonymous mapping of `pages` pages that no other test thread touches
     /// (heap pages could be written by other tests during a conversion).
@@ -626,7 +668,6 @@ pub(crate) mod tests {
 
     #[test]
     fn keeps_address_and_bytes_and_reuses_ranges() {
-        let _serial = serial();
         let page = page_size();
         let m = Anon::new(4);
         let base = m.ptr as usize;
@@ -665,7 +706,6 @@ pub(crate) mod tests {
     /// its mapping (or its descriptor) writes into pages the program no longer sees.
     #[test]
     fn a_write_after_deregistration_does_not_reach_the_memory() {
-        let _serial = serial();
         let m = Anon::new(2);
         let base = m.ptr as usize;
         m.set(0, 1);
@@ -698,7 +738,6 @@ pub(crate) mod tests {
     /// the region's other sharers see them again.
     #[test]
     fn a_region_range_goes_back_to_the_region() {
-        let _serial = serial();
         let r = Region::new(
             &mempool::memory::RegionConfig::new("t-share-region", 4 * page_size())
                 .shareable(true)
@@ -732,10 +771,61 @@ pub(crate) mod tests {
         unsafe { libc::munmap(peer.cast(), len) };
     }
 
+    /// Another thread's registrations, looking up the table while this thread deregisters,
+    /// never hold this thread's share: when the last registration ends the pages are the
+    /// region's own again at once, before the region is freed. (A lookup used to hold every
+    /// live share for a moment; the deregistering thread's drop was then not the last, and
+    /// the other thread copied the pages back later, after the region was unmapped: a
+    /// SIGSEGV in `rsocket_shm` about one run in six.)
+    #[test]
+    fn other_threads_lookups_never_keep_a_share_alive() {
+        let stop = AtomicBool::new(false);
+        let region = |name| {
+            Region::new(
+                &mempool::memory::RegionConfig::new(name, 2 * page_size())
+                    .shareable(true)
+                    .no_huge()
+                    .quiet(),
+            )
+            .unwrap()
+        };
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                let r = region("t-share-looker");
+                // Relaxed: a stop flag, nothing is published through it.
+                while !stop.load(Ordering::Relaxed) {
+                    drop(share_region(&r, 0, 10, true).unwrap());
+                }
+            });
+            /// Stops the looking thread however the loop below ends (a failed assertion
+            /// must not leave the scope waiting for it).
+            struct Stop<'a>(&'a AtomicBool);
+            impl Drop for Stop<'_> {
+                fn drop(&mut self) {
+                    // Relaxed: a stop flag.
+                    self.0.store(true, Ordering::Relaxed);
+                }
+            }
+            let _stop = Stop(&stop);
+            for i in 0..1500u32 {
+                let r = region("t-share-owner");
+                let own = backing(r.as_ptr() as usize).unwrap();
+                let (s, _) = share_region(&r, 0, 10, true).unwrap();
+                r.store_u8(3, i as u8);
+                drop(s);
+                assert_eq!(
+                    backing(r.as_ptr() as usize).unwrap(),
+                    own,
+                    "round {i}: the registration ended but the pages are still shared"
+                );
+                assert_eq!(r.load_u8(3), i as u8, "round {i}: bytes not given back");
+            }
+        });
+    }
+
     /// A registration peers may only read cannot be mapped writable by a peer.
     #[test]
     fn a_read_only_share_cannot_be_mapped_writable() {
-        let _serial = serial();
         let m = Anon::new(1);
         let (s, _) = share_raw(m.ptr as usize, 10, false).unwrap();
         assert!(peer_map(&s.fd, s.len, libc::PROT_READ | libc::PROT_WRITE).is_none());
@@ -754,7 +844,6 @@ pub(crate) mod tests {
 
     #[test]
     fn refuses_what_it_must_not_convert() {
-        let _serial = serial();
         // A read-only mapping.
         let m = Anon::new(1);
         // SAFETY: changing the protection of our own mapping, which nothing writes.
@@ -783,7 +872,6 @@ pub(crate) mod tests {
 
     #[test]
     fn parses_maps_and_finds_gaps() {
-        let _serial = serial();
         let v = parse_line(
             "7f95f35bb000-7f95f35bd000 rw-s 00001000 00:01 93386                      \
              /memfd:dp-shm-share-7 (deleted)",
