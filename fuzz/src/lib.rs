@@ -2,6 +2,8 @@
 //! function here or over an entry point of the crate it fuzzes). See `README.md`.
 
 pub mod rds;
+pub mod rnbd_client;
+pub mod rnbd_server;
 pub mod rtrs_client;
 pub mod rtrs_server;
 pub mod stream;

@@ -118,7 +118,18 @@ impl ServerSession {
         };
         // SAFETY: the caller's contract covers the chunk for the whole request.
         let answer = |bytes: &[u8]| unsafe { write_answer(chunk, chunk_len, bytes) };
+        // A request whose answer cannot fit its chunk is refused before it changes anything
+        // (an open must not leave the device open, and counted as a writer, behind a refusal).
+        let fits = |len: usize| !chunk.is_null() && chunk_len >= len;
         match (dir, msg) {
+            (Dir::Read, Msg::SessInfo(_)) if !fits(SessInfoRsp::LEN) => {
+                self.stats.malformed += 1;
+                Some(libc::EINVAL)
+            }
+            (Dir::Read, Msg::Open(_)) if !fits(OpenRsp::LEN) => {
+                self.stats.malformed += 1;
+                Some(libc::EINVAL)
+            }
             (Dir::Read, Msg::SessInfo(s)) => {
                 self.ver = s.ver.min(PROTO_VER_MAJOR);
                 let mut b = [0u8; SessInfoRsp::LEN];

@@ -94,6 +94,29 @@ fn test_sess_info_answers_the_lower_version() {
     );
 }
 
+/// An open whose answer does not fit the client's chunk is refused and leaves nothing open
+/// (found by the `rnbd_server` fuzz target: the device stayed open, and counted as the
+/// export's one writer, behind an `EINVAL`).
+#[test]
+fn test_open_into_a_short_chunk_is_refused_and_opens_nothing() {
+    let mut e = exports();
+    let mut s = ServerSession::new("s1");
+    let mut m = [0u8; Open::LEN];
+    Open {
+        access_mode: AccessMode::Rw,
+        dev_name: b"disk0",
+    }
+    .emit(&mut m);
+    let mut short = [0u8; OpenRsp::LEN - 1];
+    assert_eq!(req(&mut s, &mut e, Dir::Read, &m, &mut short), libc::EINVAL);
+    assert!(s.devices().is_empty());
+    let path = PathBuf::from("/mem/disk0");
+    assert_eq!(e.get(&path).unwrap().open_count(), 0);
+    // The export's one writer slot is still free for another session.
+    let mut other = ServerSession::new("s2");
+    assert!(open(&mut other, &mut e, b"disk0", AccessMode::Rw).is_ok());
+}
+
 #[test]
 fn test_open_write_read_close() {
     let mut e = exports();
