@@ -11,7 +11,8 @@
  * the cases asked for, as often as asked, and prints them in dp-perf's JSON shapes.
  *
  *   dpdk-ring-mempool [EAL args] -- ring    [--modes spsc,mpmc,rts,hts] [--cores 1,2]
- *                                           [--batches 8,32] [--reps N] [--elems N] [--quick]
+ *                                           [--batches 8,32] [--reps N] [--elems N | --calls N]
+ *                                           [--quick]
  *   dpdk-ring-mempool [EAL args] -- mempool [--rings multi,rts,hts] [--caches 0,512]
  *                                           [--cores 1,2] [--bulks 1,4,8,32] [--keep 128]
  *                                           [--seconds S]
@@ -28,6 +29,8 @@
  * number). Unlike the autotest (2^15 calls, a few ms), every two-core pass moves `--elems`
  * elements (default 2^26, as dp-perf) after a warm-up of a tenth, starting from a barrier, on
  * a fresh ring, and the median of `--reps` passes is printed: the same method as dp-perf's.
+ * `--calls N` makes each two-core pass N calls per side instead (N x batch elements), the
+ * autotest's pass length with N = 32768, as `dp-perf ring --two-core-calls`.
  * Rings have 4096 slots (capacity 4095; DPDK's test does not set RING_F_EXACT_SZ). --quick
  * runs 1/256 of the one-core iterations, 2^18 two-core elements and one pass per case: a check
  * that everything runs, with meaningless numbers.
@@ -287,10 +290,11 @@ static int consumer(void *p)
 }
 
 /* One two-core pass: producer + consumer cycles per element (DPDK's sum). */
-static double two_core_pass(enum mode m, unsigned n, uint64_t elems, unsigned worker)
+static double two_core_pass(enum mode m, unsigned n, uint64_t elems, uint64_t fixed_calls,
+			    unsigned worker)
 {
 	struct rte_ring *r = make_ring(m);
-	uint64_t calls = elems / n;
+	uint64_t calls = fixed_calls ? fixed_calls : elems / n;
 	struct two_core_arg p = {.r = r, .m = m, .n = n, .calls = calls, .warm = calls / 10 + 1};
 	struct two_core_arg c = p;
 	__atomic_store_n(&arrived, 0, __ATOMIC_RELEASE);
@@ -309,7 +313,7 @@ static int ring_main(int argc, char **argv, unsigned worker)
 	unsigned cores[2] = {1, 2}, n_cores = 2;
 	unsigned batches[MAX_LIST] = {8, 32}, n_batches = 2;
 	unsigned reps = 3, iter_shift = 0;
-	uint64_t elems = 1ull << 26;
+	uint64_t elems = 1ull << 26, calls = 0;
 	for (int i = 0; i < argc; i++) {
 		if (!strcmp(argv[i], "--quick")) {
 			reps = 1;
@@ -330,7 +334,11 @@ static int ring_main(int argc, char **argv, unsigned worker)
 			reps = (unsigned)strtoul(v, NULL, 10);
 		else if (!strcmp(argv[i], "--elems"))
 			elems = strtoull(v, NULL, 10);
-		else
+		else if (!strcmp(argv[i], "--calls")) {
+			calls = strtoull(v, NULL, 10);
+			if (calls == 0)
+				die("--calls must be positive");
+		} else
 			die("unknown ring option (see the header of dpdk-ring-mempool.c)");
 		i++;
 	}
@@ -367,7 +375,7 @@ static int ring_main(int argc, char **argv, unsigned worker)
 			} else if (cores[ci] == 2) {
 				for (unsigned b = 0; b < n_batches; b++) {
 					for (unsigned rep = 0; rep < reps; rep++)
-						samples[rep] = two_core_pass(m, batches[b], elems, worker);
+						samples[rep] = two_core_pass(m, batches[b], elems, calls, worker);
 					row_sep();
 					printf("{\"mode\": \"%s\", \"op\": \"bulk\", \"batch\": %u, \"cores\": 2, "
 					       "\"ns_per_elem\": %.4f}",

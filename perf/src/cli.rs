@@ -199,6 +199,12 @@ pub struct RingArgs {
     /// Elements per two-core pass [default: 2^26; 8192 with --quick].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(128..=1 << 40))]
     pub two_core_elems: Option<u64>,
+    /// Calls per side per two-core pass instead of a fixed element count: each pass moves
+    /// N x batch elements, as DPDK's ring_perf_autotest (N = 32768 there; its passes last a
+    /// few milliseconds, so host preemption shows less than in long passes).
+    #[arg(long, value_name = "N", conflicts_with = "two_core_elems",
+          value_parser = clap::value_parser!(u64).range(1..=1 << 32))]
+    pub two_core_calls: Option<u64>,
     /// Ring modes, comma-separated, each on both sides: spsc, mpmc, rts, hts.
     #[arg(
         long,
@@ -229,6 +235,7 @@ impl RingArgs {
         if let Some(n) = self.two_core_elems {
             cfg.two_core_elems = n;
         }
+        cfg.two_core_calls = self.two_core_calls;
         cfg.modes = self.mode.clone();
         cfg.cores = self.cores.clone();
         ring_perf::measure(&cfg)

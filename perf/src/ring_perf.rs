@@ -114,6 +114,9 @@ pub struct RingConfig {
     pub batch_elems: u64,
     /// Elements per two-core pass (rounded down to a multiple of the batch).
     pub two_core_elems: u64,
+    /// Calls per side per two-core pass, instead of `two_core_elems`: each pass then moves
+    /// `calls x batch` elements, as DPDK's `ring_perf_autotest` does with its 2^15 calls.
+    pub two_core_calls: Option<u64>,
     /// Batch sizes of the burst and bulk cases.
     pub batches: Vec<usize>,
     /// Timed passes per one-core case; the median is reported.
@@ -135,6 +138,7 @@ impl RingConfig {
             single_ops: 1 << 26,
             batch_elems: 1 << 27,
             two_core_elems: 1 << 26,
+            two_core_calls: None,
             batches: vec![8, 32, 128],
             reps: 5,
             two_core_reps: 3,
@@ -150,6 +154,7 @@ impl RingConfig {
             single_ops: 4096,
             batch_elems: 4096,
             two_core_elems: 8192,
+            two_core_calls: None,
             batches: vec![8, 32, 128],
             reps: 1,
             two_core_reps: 1,
@@ -170,6 +175,11 @@ impl RingConfig {
         if let Some(c) = self.cores.iter().find(|&&c| c != 1 && c != 2) {
             return Err(PerfError::Usage(format!("core count {c} is not 1 or 2")));
         }
+        if self.two_core_calls == Some(0) {
+            return Err(PerfError::Usage(
+                "two-core calls per pass must be > 0".into(),
+            ));
+        }
         if self.single_ops == 0 {
             return Err(PerfError::Usage("single-op count must be > 0".into()));
         }
@@ -180,7 +190,9 @@ impl RingConfig {
                     RING_SIZE / 2
                 )));
             }
-            if self.batch_elems < b as u64 || self.two_core_elems < b as u64 {
+            if self.batch_elems < b as u64
+                || (self.two_core_calls.is_none() && self.two_core_elems < b as u64)
+            {
                 return Err(PerfError::Usage(format!(
                     "element counts must be at least the batch size {b}"
                 )));
@@ -422,7 +434,9 @@ fn two_core_pass<P: SyncMode, C: SyncMode>(
     timer: Timer,
 ) -> Result<(f64, f64), PerfError> {
     let (tx, rx) = Ring::<u64>::with_capacity::<P, C>(RING_SIZE)?;
-    let calls = cfg.two_core_elems / batch as u64;
+    let calls = cfg
+        .two_core_calls
+        .unwrap_or(cfg.two_core_elems / batch as u64);
     let warm = (calls / 10).max(1);
     let barrier = SpinBarrier::new(2);
     let barrier = &barrier;
@@ -539,5 +553,31 @@ mod tests {
         let mut cfg = RingConfig::quick(CpuPair::default());
         cfg.modes.clear();
         assert!(matches!(measure(&cfg), Err(PerfError::Usage(_))));
+        let mut cfg = RingConfig::quick(CpuPair::default());
+        cfg.two_core_calls = Some(0);
+        assert!(matches!(measure(&cfg), Err(PerfError::Usage(_))));
+    }
+
+    /// `--two-core-calls`: passes of a fixed number of calls per side, whatever the element
+    /// count says (an element count below the batch is no longer an error then).
+    #[test]
+    fn two_core_calls_replace_the_element_count() {
+        let cpus = CpuPair::default();
+        if cpus.check().is_err() {
+            return;
+        }
+        let mut cfg = RingConfig::quick(cpus);
+        cfg.modes = vec![Mode::Spsc];
+        cfg.cores = vec![2];
+        cfg.two_core_elems = 1;
+        assert!(matches!(measure(&cfg), Err(PerfError::Usage(_))));
+        cfg.two_core_calls = Some(64);
+        let r = measure(&cfg).unwrap();
+        assert_eq!(r.ring.len(), 3);
+        assert!(
+            r.ring.iter().all(|row| row.ns_per_elem > 0.0),
+            "{:?}",
+            r.ring
+        );
     }
 }
