@@ -33,7 +33,7 @@ quick=0
 [ "${1:-}" = "--quick" ] && quick=1
 runtime=10s
 [ $quick = 1 ] && runtime=4s
-log=/tmp/rnbd-kernel-lab
+log=$root/target/rnbd-kernel-lab
 mkdir -p "$log"
 pass=0 fail=0 table=""
 result() { # result PASS|FAIL CASE TEXT
@@ -51,31 +51,55 @@ map() {
   for p in "$@"; do
     case $p in dest_port=*) opts="$opts $p" ;; *) opts="$opts path=$p" ;; esac
   done
-  echo "sessname=$sess$opts device_path=$dev" >"$ctl/map_device" || return 1
+  # A map whose open never completes blocks in the kernel (uninterruptibly): write it from a
+  # child and give up on it after 60 s, so one hung case does not hang the whole run.
+  ( echo "sessname=$sess$opts device_path=$dev" >"$ctl/map_device" ) &
+  local w=$! i
+  for i in $(seq 600); do kill -0 $w 2>/dev/null || break; sleep 0.1; done
+  if kill -0 $w 2>/dev/null; then echo "    map $sess: no answer in 60 s (the kernel still waits)" >&2; return 1; fi
+  wait $w || return 1
   local link
   link=$(readlink "$ctl/devices/${dev//\//!}@$sess") || return 1
   echo "/dev/$(basename "$link")"
 }
 unmap() { echo normal >"/sys/block/$(basename "$1")/rnbd/unmap_device"; }
 
-capture_start() { # capture_start IFACE NAME
-  tcpdump --immediate-mode -i "$1" -U -s 0 -w "$log/$2.pcap" udp port 4791 2>"$log/$2.tcpdump" &
+capture_start() { # capture_start IFACE NAME [MAX_PACKETS]
+  tcpdump --immediate-mode -i "$1" -U -s 0 -c "${3:-100000}" -w "$log/$2.pcap" udp port 4791 2>"$log/$2.tcpdump" &
   cap_pid=$!
   for _ in $(seq 50); do grep -q listening "$log/$2.tcpdump" 2>/dev/null && break; sleep 0.1; done
 }
 capture_stop() { # capture_stop NAME SHOW: SHOW=1 prints the decoded capture
   [ -n "${cap_pid:-}" ] || return 0
   sleep 0.5; kill -INT "$cap_pid" 2>/dev/null; wait "$cap_pid" 2>/dev/null; cap_pid=""
-  python3 "$here/roce_dump.py" "$log/$1.pcap" --proto rtrs --max 60 >"$log/$1.txt" 2>&1
-  [ "$2" = 1 ] && sed 's/^/    | /' "$log/$1.txt"
+  python3 "$here/roce_dump.py" "$log/$1.pcap" --proto rtrs --max 100000 >"$log/$1.txt" 2>&1
+  # The CM exchange, then the last RC packets (where a stall shows), then the summary.
+  [ "$2" = 1 ] && { grep -m 40 -E "CM |rtrs_msg_conn" "$log/$1.txt"; grep -E "^ +10\.78" "$log/$1.txt" | tail -40
+    tail -2 "$log/$1.txt"; } | sed 's/^/    | /' 
   return 0
 }
 
-cut_wire() { # cut_wire K: drop every RoCE packet on wire K (both ends), as rnbd-demo.sh
+# Our verbs drivers hold one RDMA device per process (dp-verbs: one context, one PD), and each
+# rxe-wire.sh wire is its own rxe device. So the second path runs on the SAME wire (rxw0a/rxw0b) with a
+# second address pair, 10.78.2.1 <-> 10.78.2.2 (rxe gives the device a GID per address), routed as
+# rxe-wire.sh routes its wires; "cutting" it drops that address pair's RoCE packets at both ends of the
+# veth (nftables ingress, as kernel-peers/rnbd-demo.sh cuts a wire), which the first path never sends.
+alias_path() {
+  ip addr replace 10.78.2.1/24 dev w0a
+  ip addr replace 10.78.2.2/24 dev w0b
+  ip rule show pref 110 | grep -q . || ip rule add pref 110 iif lo to 10.78.2.2 lookup 110
+  ip rule show pref 111 | grep -q . || ip rule add pref 111 iif lo to 10.78.2.1 lookup 111
+  ip route replace table 110 10.78.2.2 dev w0a src 10.78.2.1
+  ip route replace table 111 10.78.2.1 dev w0b src 10.78.2.2
+  ip neigh replace 10.78.2.2 lladdr "$(cat /sys/class/net/w0b/address)" dev w0a nud permanent
+  ip neigh replace 10.78.2.1 lladdr "$(cat /sys/class/net/w0a/address)" dev w0b nud permanent
+  sleep 1
+}
+cut_path2() { # drop every RoCE packet of 10.78.2.1 <-> 10.78.2.2, at both ends
   nft add table netdev dpcut
-  for d in "w$1a" "w$1b"; do
+  for d in w0a w0b; do
     nft "add chain netdev dpcut in_$d { type filter hook ingress device $d priority 0; }"
-    nft add rule netdev dpcut "in_$d" udp dport 4791 drop
+    nft add rule netdev dpcut "in_$d" ip saddr '{ 10.78.2.1, 10.78.2.2 }' udp dport 4791 drop
   done
 }
 heal_wires() { nft delete table netdev dpcut 2>/dev/null || true; }
@@ -87,7 +111,9 @@ iops_of() { # iops_of JSON_FILE: read IOPS of dp-perf blk --json
 # our_server LOGNAME ARGS...: dp-perf blk --server on 10.78.0.2:1234 (rxw0b) in the background
 our_server() {
   local name=$1; shift
-  "$bin" blk --server --provider verbs -d rxw0b --bind 10.78.0.2 -p 1234 "$@" >"$log/$name.srv" 2>&1 &
+  local bind=10.78.0.2
+  [ "${1:-}" = --bind ] && { bind=$2; shift 2; }
+  "$bin" blk --server --provider verbs -d rxw0b --bind "$bind" -p 1234 "$@" >"$log/$name.srv" 2>&1 &
   srv_pid=$!
   sleep 2
   kill -0 "$srv_pid" 2>/dev/null
@@ -99,6 +125,8 @@ stop_server() {
 }
 
 section "set-up"
+dmesg -w >"$log/dmesg.txt" 2>&1 &
+dmesg_pid=$!
 ulimit -l unlimited 2>/dev/null || true
 [ -x "$bin" ] || { echo "no $bin: build it on the host with --features verbs"; }
 if modinfo rtrs_core >/dev/null 2>&1; then
@@ -164,34 +192,38 @@ fi
   result FAIL iops-kk "no result: $(tail -1 "$log/iops-kk.err" 2>/dev/null) $(klog 2)"
 
 section "iops: our client -> kernel server"
+capture_start w0a iops-ok 20000
 timeout 120 "$bin" blk --client 10.78.0.2:1234 --provider verbs -d rxw0a --device-path /dev/ram0 \
   --rw randread --bs 4k --iodepth 32 --runtime "$runtime" --size 32m --json >"$log/iops-ok.json" 2>"$log/iops-ok.err"
 iops_ok=$(iops_of "$log/iops-ok.json")
 if [ -n "$iops_ok" ] && [ -n "$iops_kk" ]; then
   r=$(awk -v a="$iops_ok" -v b="$iops_kk" 'BEGIN{printf "%.2f", a/b}')
   v=$(awk -v r="$r" 'BEGIN{print (r >= 1.0) ? "PASS" : "FAIL"}')
+  capture_stop iops-ok 0
   result "$v" iops-ok "$iops_ok IOPS = ${r}x kernel->kernel (goal >= 1.0x)"
 else
+  capture_stop iops-ok 1
   result FAIL iops-ok "no result: $(tail -1 "$log/iops-ok.err")"
 fi
 
-section "mp-ours-kern: our client, two paths -> kernel server, wire 1 cut under load"
+section "mp-ours-kern: our client, two paths -> kernel server, path 2 cut under load"
+alias_path
 dd if=/dev/zero of=/dev/ram0 bs=1M count=8 oflag=direct status=none
-timeout 240 "$bin" blk --client 10.78.0.2:1234,10.78.1.2:1234 --provider verbs -d rxw0a \
+timeout 240 "$bin" blk --client 10.78.0.2:1234,10.78.2.2:1234 --provider verbs -d rxw0a \
   --device-path /dev/ram0 --rw randrw --bs 4k --size 4m --iodepth 8 --verify --runtime 45s \
   >"$log/mp-ours-kern.out" 2>&1 &
 io=$!
 sleep 8
-echo "    server paths before the cut: $(ls /sys/class/rtrs-server/*/paths 2>/dev/null | tr '\n' ' ')"
-cut_wire 1
+paths=$(ls /sys/class/rtrs-server/*/paths 2>/dev/null | tr '\n' ' ')
+echo "    kernel server paths before the cut: $paths"
+cut_path2
 if wait $io; then
-  result PASS mp-ours-kern "randrw --verify 45 s, wire 1 cut at ~8 s: no IO error, every read verified"
+  result PASS mp-ours-kern "randrw --verify 45 s on paths [$paths], path 2 cut at ~8 s: no IO error, every read verified"
 else
   sed 's/^/    /' "$log/mp-ours-kern.out" | tail -8
   result FAIL mp-ours-kern "$(tail -1 "$log/mp-ours-kern.out") | kernel: $(klog 2)"
 fi
 heal_wires
-bash "$here/rxe-wire.sh" 2 >/dev/null
 
 # From here on our server owns RDMA-CM port 1234: the kernel's server goes.
 rmmod rnbd_server 2>/dev/null
@@ -236,12 +268,39 @@ else
   result FAIL iops-ko "no result: $(tail -1 "$log/iops-ko.err" 2>/dev/null) $(klog 2)"
 fi
 
-section "mp-kern-ours: kernel client, two paths -> our server"
-result FAIL mp-kern-ours "not run: dp-perf blk --server drives one verbs device (dp-verbs listens per device), and the two wires are two rxe devices"
+section "mp-kern-ours: kernel client, two paths -> our server, path 2 cut under load"
+if our_server mp-kern-ours --bind 0.0.0.0 --backend mem --dev-size 64m --bs 124k --iodepth 127 &&
+  dev=$(map mko mem0 ip:10.78.0.1@ip:10.78.0.2 ip:10.78.2.1@ip:10.78.2.2); then
+  echo round-robin >/sys/class/rtrs-client/mko/mpath_policy
+  paths=$(ls /sys/class/rtrs-client/mko/paths | tr '\n' ' ')
+  echo "    kernel client paths: $paths"
+  dd if=/dev/urandom of="$log/pat" bs=1M count=16 status=none
+  ( dd if="$log/pat" of="$dev" bs=256k oflag=direct status=none &&
+    dd if="$dev" of="$log/back" bs=256k count=64 iflag=direct status=none ) &
+  io=$!
+  sleep 1
+  cut_path2
+  t0=$(date +%s)
+  if wait $io && cmp -s "$log/pat" "$log/back"; then
+    result PASS mp-kern-ours "16 MiB write + read back identical on paths [$paths], path 2 cut: done $(($(date +%s) - t0)) s after the cut"
+  else
+    result FAIL mp-kern-ours "IO failed or data differs after the cut ($(klog 2))"
+  fi
+  for p in /sys/class/rtrs-client/mko/paths/*/; do
+    echo "    path $(basename "$p"): state=$(cat "$p/state") rdma=[$(tr '\n' ' ' <"$p/stats/rdma")]"
+  done
+  heal_wires
+  unmap "$dev"
+else
+  result FAIL mp-kern-ours "server or two-path map failed: $(klog 3) | server: $(tail -2 "$log/mp-kern-ours.srv")"
+fi
+heal_wires
+stop_server
 
 section "kernel log (rtrs/rnbd)"
 dmesg | grep -E "rtrs|rnbd" | tail -30 | sed 's/^/    /'
 
+kill "$dmesg_pid" 2>/dev/null
 echo
 echo "case           result evidence"
 printf '%s' "$table"

@@ -280,10 +280,13 @@ impl BlkArgs {
     /// `--server`, `--pair`, `--client`: RNBD over RTRS over a fabric provider.
     fn run_remote(&self, common: &Common, bs: u32) -> Result<BlkReport, PerfError> {
         start_role(self.server, self.client.as_deref(), self.pair, self.pin)?;
-        if self.verify && self.backend == BackendKind::Null {
+        // --backend names our server's device; a --device-path is someone else's (the
+        // kernel's rnbd-server, a brd RAM disk), which keeps data.
+        if self.verify && self.backend == BackendKind::Null && self.device_path.is_none() {
             return Err(PerfError::Usage(
                 "--verify needs a device that keeps data: add --backend mem (the null \
-                 device completes IOs without storing anything)"
+                 device completes IOs without storing anything), or name a server's \
+                 device with --device-path"
                     .into(),
             ));
         }
@@ -421,7 +424,10 @@ impl BlkArgs {
             let jobs = self.jobs(bs, t.geometry().bytes, common.quick)?;
             let mut results = Vec::new();
             for spec in &jobs {
-                results.push(engine::run(spec, &mut t).map_err(PerfError::Fabric)?);
+                results.push(
+                    engine::run(spec, &mut t)
+                        .map_err(|e| PerfError::Fabric(format!("{e}{}", t.path_errors())))?,
+                );
             }
             t.close();
             Ok(BlkReport {
