@@ -115,8 +115,15 @@ our_server() {
   [ "${1:-}" = --bind ] && { bind=$2; shift 2; }
   "$bin" blk --server --provider verbs -d rxw0b --bind "$bind" -p 1234 "$@" >"$log/$name.srv" 2>&1 &
   srv_pid=$!
-  sleep 2
-  kill -0 "$srv_pid" 2>/dev/null
+  # Up once its RDMA-CM listener shows (making the 64 MiB device can take seconds under TCG).
+  local i
+  for i in $(seq 100); do
+    kill -0 "$srv_pid" 2>/dev/null || return 1
+    rdma resource show cm_id 2>/dev/null | grep -q "LISTEN.*:1234" && return 0
+    sleep 0.2
+  done
+  echo "    our server: no RDMA-CM listener on port 1234 after 20 s" >&2
+  return 1
 }
 stop_server() {
   [ -n "${srv_pid:-}" ] || return 0
