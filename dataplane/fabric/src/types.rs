@@ -113,13 +113,20 @@ pub enum SendOp {
     WriteImm(RemoteAddr, u32),
     /// One-sided RDMA READ from `remote` into the local scatter list.
     Read(RemoteAddr),
+    /// SEND that also invalidates the peer's key `rkey` (`IBV_WR_SEND_WITH_INV`): one
+    /// receive is consumed at the peer, which finds the key invalid once that receive
+    /// completes. For keys the peer registered to be invalidated remotely (a fast-registered
+    /// MR); RTRS servers answer a client's `NEED_INVAL` read with it. Providers without
+    /// remote invalidation refuse it at post time with
+    /// [`PostErrorKind::Unsupported`](crate::PostErrorKind::Unsupported).
+    SendInv(u32),
 }
 
 impl SendOp {
     /// The completion opcode a successful request of this kind reports.
     pub const fn wc_opcode(self) -> WcOpcode {
         match self {
-            Self::Send | Self::SendImm(_) => WcOpcode::Send,
+            Self::Send | Self::SendImm(_) | Self::SendInv(_) => WcOpcode::Send,
             Self::Write(_) | Self::WriteImm(..) => WcOpcode::RdmaWrite,
             Self::Read(_) => WcOpcode::RdmaRead,
         }
@@ -127,7 +134,10 @@ impl SendOp {
 
     /// True if the request consumes a receive at the peer.
     pub const fn consumes_recv(self) -> bool {
-        matches!(self, Self::Send | Self::SendImm(_) | Self::WriteImm(..))
+        matches!(
+            self,
+            Self::Send | Self::SendImm(_) | Self::SendInv(_) | Self::WriteImm(..)
+        )
     }
 }
 

@@ -28,7 +28,8 @@ use crate::common::Common;
 #[cfg(feature = "verbs")]
 use crate::harness::verbs_pair_ip;
 use crate::harness::{
-    Peer, ProviderKind, SHM_PAIR_IP, Server, open_err, open_verbs, run_on, shm_dir, start_role,
+    Peer, ProviderKind, SHM_PAIR_IP, Server, open_err, open_verbs, parse_addr, run_on, shm_dir,
+    start_role,
 };
 use dataplane::fabric::Provider;
 use dataplane::fabric::shm::{Shm, ShmConfig, ShmDevice};
@@ -85,13 +86,20 @@ pub struct BlkArgs {
     /// Serve an RNBD device (--backend) over RTRS instead of running jobs.
     #[arg(long, conflicts_with_all = ["client", "pair", "filename"])]
     pub server: bool,
-    /// Load the RNBD device of the server at ADDR (`ip` or `ip:port`) over RTRS.
-    #[arg(long, value_name = "ADDR", conflicts_with = "filename")]
+    /// Load the RNBD device of the server at ADDR (`ip` or `ip:port`) over RTRS. A
+    /// comma-separated list (`10.78.0.2:1234,10.78.1.2:1234`) gives one path per address,
+    /// as the kernel's `path=` arguments do; a single address takes --paths ports from it.
+    #[arg(long, value_name = "ADDR[,ADDR...]", conflicts_with = "filename")]
     pub client: Option<String>,
     /// Run an RNBD server here too (a child process on the second --cpus CPU) and load its
     /// device over RTRS over --provider.
     #[arg(long, conflicts_with_all = ["client", "filename"])]
     pub pair: bool,
+    /// The device the client maps, as the kernel's `device_path=` (for the kernel's
+    /// rnbd-server: a path relative to its `dev_search_path`, e.g. `/dev/ram0`)
+    /// [default: the --backend's export name, `null0` or `mem0`].
+    #[arg(long, value_name = "NAME", conflicts_with = "server")]
+    pub device_path: Option<String>,
     /// The server's device: null (the transport alone) or mem (a RAM disk, for --verify).
     #[arg(long, value_enum, default_value_t = BackendKind::Null)]
     pub backend: BackendKind,
@@ -272,10 +280,13 @@ impl BlkArgs {
     /// `--server`, `--pair`, `--client`: RNBD over RTRS over a fabric provider.
     fn run_remote(&self, common: &Common, bs: u32) -> Result<BlkReport, PerfError> {
         start_role(self.server, self.client.as_deref(), self.pair, self.pin)?;
-        if self.verify && self.backend == BackendKind::Null {
+        // --backend names our server's device; a --device-path is someone else's (the
+        // kernel's rnbd-server, a brd RAM disk), which keeps data.
+        if self.verify && self.backend == BackendKind::Null && self.device_path.is_none() {
             return Err(PerfError::Usage(
                 "--verify needs a device that keeps data: add --backend mem (the null \
-                 device completes IOs without storing anything)"
+                 device completes IOs without storing anything), or name a server's \
+                 device with --device-path"
                     .into(),
             ));
         }
@@ -382,25 +393,49 @@ impl BlkArgs {
             device: self.device.as_deref(),
             extra,
         });
-        let peer = Peer::start(pair, self.client.as_deref(), self.port, common.cpus)?;
+        let listed = self
+            .client
+            .as_deref()
+            .map(|c| c.split(',').collect::<Vec<_>>());
+        let first_client = listed.as_ref().and_then(|l| l.first().copied());
+        let peer = Peer::start(pair, first_client, self.port, common.cpus)?;
         let first = peer.addr;
         let result = (|| {
-            let addrs = self.addrs(first)?;
-            let name = self.backend.dev_name();
+            let addrs = match &listed {
+                Some(l) if l.len() > 1 => {
+                    if self.paths != 1 {
+                        return Err(PerfError::Usage(
+                            "--paths with a list of --client addresses: each address is a path, \
+                             drop --paths"
+                                .into(),
+                        ));
+                    }
+                    l.iter()
+                        .map(|a| parse_addr(a.trim(), self.port))
+                        .collect::<Result<Vec<_>, _>>()?
+                }
+                _ => self.addrs(first)?,
+            };
+            let name = self
+                .device_path
+                .as_deref()
+                .unwrap_or_else(|| self.backend.dev_name());
             let mut t = RemoteTarget::<P>::connect(dev, &addrs, name, bs, self.iodepth)?;
             let jobs = self.jobs(bs, t.geometry().bytes, common.quick)?;
             let mut results = Vec::new();
             for spec in &jobs {
-                results.push(engine::run(spec, &mut t).map_err(PerfError::Fabric)?);
+                results.push(
+                    engine::run(spec, &mut t)
+                        .map_err(|e| PerfError::Fabric(format!("{e}{}", t.path_errors())))?,
+                );
             }
             t.close();
             Ok(BlkReport {
                 jobs: results,
                 target: format!(
-                    "rnbd {name} ({:?} backend) over rtrs over {}, {} path(s)",
-                    self.backend,
+                    "rnbd {name} over rtrs over {}, {} path(s)",
                     P::NAME,
-                    self.paths
+                    addrs.len()
                 ),
             })
         })();

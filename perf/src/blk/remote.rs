@@ -125,8 +125,20 @@ fn serve_with<P: Provider, B: Backend>(
     let start = std::time::Instant::now();
     let mut seen = false;
     let mut idle_since: Option<std::time::Instant> = None;
+    // Why paths closed, said once each on stderr (an interop run needs the reason).
+    let mut reported: Vec<dataplane::rtrs::work::PathId> = Vec::new();
     loop {
         let work = s.poll(clock.now());
+        if work == 0 {
+            for p in s.rtrs().paths() {
+                if let Some(e) = s.rtrs().path_error(p)
+                    && !reported.contains(&p)
+                {
+                    reported.push(p);
+                    eprintln!("dp-perf blk server: path {p:?} closing: {e:?}");
+                }
+            }
+        }
         let sessions = s.rtrs().sessions().count();
         if sessions > 0 {
             seen = true;
@@ -290,6 +302,14 @@ impl<P: Provider> RemoteTarget<P> {
         cl.open(clock.now(), &paths)
             .map_err(|e| fail("opening the RTRS session", e))?;
         Ok((cl, region))
+    }
+
+    /// Why each path that has failed did (for an error message), or nothing.
+    pub fn path_errors(&self) -> String {
+        let r = self.cl.rtrs();
+        r.paths()
+            .filter_map(|p| r.path_error(p).map(|e| format!(" [path {p:?}: {e:?}]")))
+            .collect()
     }
 
     /// Unmaps the device and closes the session (the server then ends its run).

@@ -16,7 +16,7 @@ mod timer;
 
 pub use affinity::{CpuPair, allowed_cpus, check_cpu, pin_current};
 pub use barrier::{Backoff, SpinBarrier};
-pub(crate) use pair::{Peer, SHM_PAIR_IP, Server, shm_dir, start_role};
+pub(crate) use pair::{Peer, SHM_PAIR_IP, Server, parse_addr, shm_dir, start_role};
 pub use provider::ProviderKind;
 #[cfg(feature = "verbs")]
 pub(crate) use provider::verbs_pair_ip;

@@ -51,7 +51,7 @@ pub(crate) fn shm_dir(given: Option<&PathBuf>, pair: bool, what: &str) -> Option
 }
 
 /// `--client ADDR`: `ip:port`, or `ip` with `port`.
-fn parse_addr(s: &str, port: u16) -> Result<SocketAddr, PerfError> {
+pub(crate) fn parse_addr(s: &str, port: u16) -> Result<SocketAddr, PerfError> {
     if let Ok(a) = s.parse::<SocketAddr>() {
         return Ok(a);
     }

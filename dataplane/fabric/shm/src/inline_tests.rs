@@ -109,3 +109,37 @@ fn test_small_write_imm_is_placed_when_polled() {
     drop(p);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// shm has no remote invalidation: a SEND_WITH_INV is refused at post time, saying so, and
+/// nothing of it reaches the peer (the next SEND consumes the first receive).
+#[test]
+fn test_send_with_invalidate_is_refused() {
+    let (mut p, dir) = pair(22_207);
+    p.b.qp
+        .post_recv(&[RecvWr { wr_id: 7, sgl: &[] }])
+        .expect("post_recv");
+    let refused = p.a.qp.post_send(&[SendWr {
+        wr_id: 1,
+        op: SendOp::SendInv(0x1234),
+        payload: Payload::Sgl(&[]),
+        flags: SendFlags::SIGNALED,
+    }]);
+    let e = refused.expect_err("shm must refuse SEND_WITH_INV");
+    assert_eq!(
+        (e.index, e.kind),
+        (0, dp_fabric::PostErrorKind::Unsupported)
+    );
+    p.a.qp
+        .post_send(&[SendWr {
+            wr_id: 2,
+            op: SendOp::Send,
+            payload: Payload::Inline(&[]),
+            flags: SendFlags::SIGNALED,
+        }])
+        .expect("a plain SEND after the refusal");
+    let c = recv_one(&mut p);
+    assert!(c.is_ok(), "{c:?}");
+    assert_eq!((c.wr_id, c.opcode), (7, WcOpcode::Recv));
+    drop(p);
+    let _ = std::fs::remove_dir_all(dir);
+}

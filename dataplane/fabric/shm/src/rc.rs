@@ -446,7 +446,8 @@ impl QpCore {
                 );
                 Outcome::Done(WcStatus::Success, len as u32)
             }
-            SendOp::Send | SendOp::SendImm(_) => {
+            // SendInv never gets here: post_send refuses it.
+            SendOp::Send | SendOp::SendImm(_) | SendOp::SendInv(_) => {
                 if !self.take_credit(st, peer) {
                     return Outcome::Blocked;
                 }
@@ -922,6 +923,10 @@ impl QpCore {
                     (0, Some(b.len() as u32))
                 }
             };
+            // No remote invalidation here (shm keys are not fast-registered MRs).
+            if matches!(wr.op, SendOp::SendInv(_)) {
+                return Err(err(i, PostErrorKind::Unsupported));
+            }
             if matches!(wr.op, SendOp::Send | SendOp::SendImm(_))
                 && wr.len() > u64::from(core.dev.cfg.bounce_bytes)
             {

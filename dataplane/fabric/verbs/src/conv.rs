@@ -44,9 +44,12 @@ pub(crate) fn send_flags(flags: SendFlags, inline: bool) -> u32 {
     f
 }
 
-/// The `ibv_wr_opcode` of a send operation, and its immediate in network byte order.
+/// The `ibv_wr_opcode` of a send operation, and the value of the work request's
+/// `imm_data`/`invalidate_rkey` union: the immediate in network byte order, or the key to
+/// invalidate in host byte order (`ibv_send_wr.invalidate_rkey` is a plain `uint32_t`).
 pub(crate) fn send_opcode(op: SendOp) -> (ffi::ibv_wr_opcode::Type, Option<u32>) {
     match op {
+        SendOp::SendInv(rkey) => (wro::IBV_WR_SEND_WITH_INV, Some(rkey)),
         SendOp::Send => (wro::IBV_WR_SEND, None),
         SendOp::SendImm(imm) => (wro::IBV_WR_SEND_WITH_IMM, Some(imm.to_be())),
         SendOp::Write(_) => (wro::IBV_WR_RDMA_WRITE, None),
@@ -204,6 +207,10 @@ mod tests {
         assert_eq!(op, wro::IBV_WR_SEND_WITH_IMM);
         // htonl: the first byte on the wire is the most significant one.
         assert_eq!(imm.unwrap().to_ne_bytes(), [1, 2, 3, 4]);
+        assert_eq!(
+            send_opcode(SendOp::SendInv(0x0102_0304)),
+            (wro::IBV_WR_SEND_WITH_INV, Some(0x0102_0304))
+        );
         let (op, imm) = send_opcode(SendOp::WriteImm(r, 0xDEAD_BEEF));
         assert_eq!(op, wro::IBV_WR_RDMA_WRITE_WITH_IMM);
         assert_eq!(u32::from_be(imm.unwrap()), 0xDEAD_BEEF);
@@ -211,6 +218,7 @@ mod tests {
         for (o, want) in [
             (SendOp::Send, wco::IBV_WC_SEND),
             (SendOp::SendImm(1), wco::IBV_WC_SEND),
+            (SendOp::SendInv(1), wco::IBV_WC_SEND),
             (SendOp::Write(r), wco::IBV_WC_RDMA_WRITE),
             (SendOp::WriteImm(r, 1), wco::IBV_WC_RDMA_WRITE),
             (SendOp::Read(r), wco::IBV_WC_RDMA_READ),

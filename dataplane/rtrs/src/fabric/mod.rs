@@ -77,9 +77,14 @@
 //!
 //! The drivers run the **registered-once** mode: client data registered once per path
 //! ([`Mapped::register`](crate::clt::Mapped) `None`), server `always_invalidate = false`.
-//! The invalidation work requests (`LOCAL_INV`, `SEND_WITH_INV`, re-registration) are not
-//! in `dp-fabric` yet: such a request is refused with `Unsupported`, and a server with
-//! `always_invalidate` refuses connections with `-EOPNOTSUPP` (its `map_chunks` fails).
+//! `LOCAL_INV` and re-registration are not in `dp-fabric` yet: such a request is refused
+//! with `Unsupported`, and a server with `always_invalidate` refuses connections with
+//! `-EOPNOTSUPP` (its `map_chunks` fails). `SEND_WITH_INV` is
+//! ([`SendOp::SendInv`](dp_fabric::types::SendOp::SendInv), verbs only): a server answers a
+//! client that asked `NEED_INVAL` (Linux's client does on every read, its buffers are
+//! fast-registered MRs) with it, as Linux's server does. Linux 6.1's client needs it: when a
+//! read's answer comes without it, `complete_rdma_req` posts its own `LOCAL_INV` but keeps
+//! the reference it took for it, and the request never completes.
 //!
 //! What registered-once costs in trust: while a path is up, its server may RDMA-write any
 //! byte of the client's data regions (they are registered for remote write on the path),

@@ -310,12 +310,9 @@ impl<P: Provider> QpRes<P> {
                     sges[i][0] = big_send.expect("prepared above");
                     nsge[i] = 1;
                 }
-                Wr::Register { .. }
-                | Wr::LocalInv { .. }
-                | Wr::SendInv { .. }
-                | Wr::RegChunk { .. } => {
-                    // Invalidation and per-IO registration: not in dp-fabric yet (see the
-                    // module doc); sessions that register once never post these.
+                Wr::Register { .. } | Wr::LocalInv { .. } | Wr::RegChunk { .. } => {
+                    // Local invalidation and per-IO registration: not in dp-fabric yet (see
+                    // the module doc); sessions that register once never post these.
                     return Err(refuse(i, PostErrorKind::Unsupported));
                 }
                 _ => {}
@@ -352,10 +349,12 @@ impl<P: Provider> QpRes<P> {
                 Wr::SendImmMsg { bytes, imm, .. } => {
                     (SendOp::SendImm(*imm), Payload::Inline(bytes))
                 }
-                Wr::Register { .. }
-                | Wr::LocalInv { .. }
-                | Wr::SendInv { .. }
-                | Wr::RegChunk { .. } => unreachable!("refused above"),
+                // The answer to a client's NEED_INVAL read (Linux's client always asks, its
+                // reads go through fast-registered MRs); a zero-byte SEND_WITH_INV.
+                Wr::SendInv { rkey, .. } => (SendOp::SendInv(*rkey), Payload::Sgl(&[])),
+                Wr::Register { .. } | Wr::LocalInv { .. } | Wr::RegChunk { .. } => {
+                    unreachable!("refused above")
+                }
             };
             wrs[i] = SendWr {
                 wr_id: w.wr_id(),
