@@ -18,7 +18,7 @@
 //! * [`msg`], [`payload`], [`link`]: the message descriptor and its wire frame, payload
 //!   patterns and pools, rings with end of stream;
 //! * [`stage`]: the built-in stages (generator, forwarder, fanout, sink, rsocket server and
-//!   client), each an lcore poller; what fails while they are built is a
+//!   client, RDS sender and receiver), each an lcore poller; what fails while they are built is a
 //!   [`RunError`](run::RunError), defined below both the stages and the runner;
 //! * [`run`]: building a pipeline, running its lcores, the control thread and the two-phase
 //!   stop; [`monitor`] and [`summary`]: what it reports; [`telemetry`]: the control socket;

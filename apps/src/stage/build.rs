@@ -9,6 +9,7 @@ use mempool::pool::Pool;
 use super::env::{FabricDev, Stage, StartGate};
 use super::forward::{Fanout, Forwarder};
 use super::generator::Generator;
+use super::rds::{self, RdsReceiver, RdsSender};
 use super::rsocket;
 use super::sink::Sink;
 use crate::config::{Config, ServerMode, StageKind};
@@ -206,6 +207,25 @@ pub fn build(cfg: &Config, res: &mut Resources) -> Result<Vec<Built>, RunError> 
                 };
                 let st = rsocket::client(&mut ctxs, at, c, input, out, payloads, gate)?;
                 (st, stats)
+            }
+            StageKind::RdsSender(d) => {
+                let stats = StageStats::new(&s.name, kind, s.lcore, Role::Terminal, false);
+                let fabric = res.fabric.as_ref().ok_or(RunError::NoFabric)?;
+                let node = rds::node(fabric, &s.name, d.bind.ip(), d.sndbuf)?;
+                let input = res.rx(&d.input);
+                let payloads = Payloads::new(&res.pools);
+                let st = RdsSender::new(node, d, input, payloads, stats.clone())?;
+                (Box::new(st), stats)
+            }
+            StageKind::RdsReceiver(d) => {
+                let stats = StageStats::new(&s.name, kind, s.lcore, Role::Source, false);
+                let fabric = res.fabric.as_ref().ok_or(RunError::NoFabric)?;
+                let node = rds::node(fabric, &s.name, d.bind.ip(), d.rcvbuf)?;
+                let out = res.tx(&d.output);
+                let pool = res.pool_byte(cfg, d.pool.as_deref());
+                let payloads = Payloads::new(&res.pools);
+                let st = RdsReceiver::new(node, d, out, pool, payloads, stats.clone())?;
+                (Box::new(st), stats)
             }
         };
         out.push(Built {

@@ -1,0 +1,270 @@
+//! The RDS stages: their config checks, and the example pipelines run through the `dpctl`
+//! binary (one process with both nodes, and two processes), every message counted.
+//!
+//! Runs take one lock so that at most two hybrid-mode lcores poll at a time (2-CPU CI).
+//! Time limits are hang guards only.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use apps::config::{Config, ConfigError, Provider, StageKind};
+use apps::summary::{StageSummary, StopCause, Summary};
+
+static HEAVY: Mutex<()> = Mutex::new(());
+
+fn heavy() -> MutexGuard<'static, ()> {
+    HEAVY.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+const HEAD: &str = "[eal]\ncores = \"0-1\"\n\n[fabric]\nprovider = \"shm\"\n\n\
+                    [ring.tx]\ncapacity = 64\n\n[ring.rx]\ncapacity = 64\n\n";
+
+/// A generator, a sender, a receiver and a sink; `s` and `r` are appended to the sender and
+/// the receiver.
+fn rds(s: &str, r: &str) -> String {
+    format!(
+        "{HEAD}[stage.gen]\nkind = \"generator\"\nlcore = 0\noutput = \"tx\"\n\n\
+         [stage.snd]\nkind = \"rds_sender\"\nlcore = 0\ninput = \"tx\"\n{s}\n\n\
+         [stage.rcv]\nkind = \"rds_receiver\"\nlcore = 1\noutput = \"rx\"\n{r}\n\n\
+         [stage.sink]\nkind = \"sink\"\nlcore = 1\ninput = \"rx\"\n"
+    )
+}
+
+const OK_S: &str = "bind = \"10.0.0.1:0\"\ndest = \"10.0.0.2:4000\"";
+const OK_R: &str = "bind = \"10.0.0.2:4000\"";
+
+fn err(body: &str) -> ConfigError {
+    match Config::parse(body, "t.toml") {
+        Ok(c) => panic!("accepted a bad config: {c:#?}"),
+        Err(e) => e,
+    }
+}
+
+fn key_of(e: &ConfigError) -> &str {
+    match e {
+        ConfigError::Invalid { key, .. }
+        | ConfigError::BadValue { key, .. }
+        | ConfigError::MissingKey { key, .. }
+        | ConfigError::UnknownKey { key, .. } => key,
+        other => panic!("no key in {other:?}"),
+    }
+}
+
+#[test]
+fn rds_stages_parse_with_their_defaults() {
+    let c = Config::parse(&rds(OK_S, OK_R), "t.toml").unwrap();
+    let StageKind::RdsSender(s) = &c.stages[1].kind else {
+        panic!("{:?}", c.stages[1].kind)
+    };
+    assert_eq!(s.input, "tx");
+    assert_eq!(s.dest, "10.0.0.2:4000".parse().unwrap());
+    assert_eq!(s.bind, "10.0.0.1:0".parse().unwrap());
+    assert_eq!(s.sndbuf, 4 << 20);
+    assert_eq!(s.burst, 32);
+    let StageKind::RdsReceiver(r) = &c.stages[2].kind else {
+        panic!("{:?}", c.stages[2].kind)
+    };
+    assert_eq!((r.senders, r.pool.as_deref(), r.verify), (None, None, true));
+    assert_eq!(r.rcvbuf, 4 << 20);
+    assert_eq!(c.stages[1].kind.inputs(), ["tx"]);
+    assert_eq!(c.stages[2].kind.outputs(), ["rx"]);
+    // RDS frames do not fit the rsocket default bounce buffer: a bigger default.
+    let Some(Provider::Shm { bounce_bytes, .. }) = c.fabric.map(|f| f.provider) else {
+        panic!("shm")
+    };
+    assert_eq!(bounce_bytes, 64 << 10);
+}
+
+#[test]
+fn rds_mistakes_name_the_key_and_say_what_to_do() {
+    let cases: &[(String, &str, &str)] = &[
+        (
+            rds(OK_S, OK_R).replace("[fabric]\nprovider = \"shm\"\n", ""),
+            "kind",
+            "need a [fabric] section",
+        ),
+        (
+            rds("bind = \"10.0.0.1:0\"\ndest = \"10.0.0.1:4000\"", OK_R),
+            "dest",
+            "this stage's own address",
+        ),
+        (
+            rds("bind = \"10.0.0.1:0\"\ndest = \"10.0.0.2:0\"", OK_R),
+            "dest",
+            "port 0",
+        ),
+        (
+            rds("bind = \"10.0.0.1:0\"\ndest = \"nowhere\"", OK_R),
+            "dest",
+            "not an IP:port",
+        ),
+        (rds(OK_S, "bind = \"10.0.0.2:0\""), "bind", "fixed port"),
+        (
+            rds(
+                "bind = \"10.0.0.2:0\"\ndest = \"10.0.0.3:4000\"",
+                "bind = \"10.0.0.2:4000\"",
+            ),
+            "bind",
+            "already binds 10.0.0.2",
+        ),
+        (
+            rds(OK_S, &format!("{OK_R}\nsenders = 0")),
+            "senders",
+            "at least 1",
+        ),
+        (
+            rds(&format!("{OK_S}\nsndbuf = 1000"), OK_R),
+            "sndbuf",
+            "outside",
+        ),
+        (
+            rds(OK_S, &format!("{OK_R}\npool = \"nope\"")),
+            "pool",
+            "no pool `nope`",
+        ),
+        (rds(OK_S, &format!("{OK_R}\ndest = \"x\"")), "dest", ""),
+        (rds("dest = \"10.0.0.2:4000\"", OK_R), "bind", ""),
+        (
+            rds(OK_S, OK_R).replace(
+                "provider = \"shm\"\n",
+                "provider = \"shm\"\nbounce_bytes = 4096\n",
+            ),
+            "bounce_bytes",
+            "at least 4144",
+        ),
+    ];
+    for (body, key, says) in cases {
+        let e = err(body);
+        assert_eq!(key_of(&e), *key, "{e}");
+        assert!(e.to_string().contains(says), "{e}");
+        assert!(e.to_string().starts_with("t.toml:"), "names the file: {e}");
+    }
+}
+
+fn example(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("configs")
+        .join(name)
+}
+
+/// A private rendezvous directory (shm provider and telemetry sockets).
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("dpctl-rds-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Self(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn dpctl(dir: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dpctl"));
+    c.env("DP_SHM_DIR", dir)
+        .env_remove("XDG_RUNTIME_DIR")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .stdin(Stdio::null());
+    c
+}
+
+fn run_json(c: &mut Command, name: &str, args: &[&str]) -> Child {
+    c.arg("run")
+        .arg(example(name))
+        .args(["--json", "--quiet"])
+        .args(args)
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for `child` (killing it, by its pid, after `limit`); returns its summary.
+fn summary(mut child: Child, limit: Duration) -> Summary {
+    let t0 = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!("hung; stderr:\n{}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{stdout}"))
+}
+
+fn stage<'a>(s: &'a Summary, name: &str) -> &'a StageSummary {
+    s.stage(name)
+        .unwrap_or_else(|| panic!("no stage {name} in {s:#?}"))
+}
+
+#[test]
+fn example_rds_pair_delivers_every_message_and_ends_by_itself() {
+    let _g = heavy();
+    let dir = TempDir::new("pair");
+    let s = summary(
+        run_json(&mut dpctl(&dir.0), "rds-pair.toml", &[]),
+        Duration::from_secs(60),
+    );
+    assert_eq!(s.stopped_by, StopCause::Finished, "{s:#?}");
+    let n = 20_000;
+    assert_eq!(stage(&s, "gen").counters.out_msgs, n);
+    let snd = stage(&s, "sender").counters;
+    assert_eq!((snd.in_msgs, snd.out_msgs, snd.dropped), (n, n, 0));
+    let rcv = stage(&s, "receiver").counters;
+    assert_eq!((rcv.in_msgs, rcv.out_msgs, rcv.dropped), (n, n, 0));
+    assert_eq!(rcv.in_bytes, snd.out_bytes, "every byte crossed");
+    let sink = stage(&s, "sink").counters;
+    assert_eq!(sink.in_msgs, n);
+    assert_eq!((sink.gaps, sink.dups, sink.verify_errors), (0, 0, 0));
+    assert!(s.totals.lossless);
+}
+
+#[test]
+fn example_rds_sender_and_receiver_across_two_processes() {
+    let _g = heavy();
+    let dir = TempDir::new("two");
+    let receiver = run_json(
+        &mut dpctl(&dir.0),
+        "rds-receiver.toml",
+        &["--duration", "60"],
+    );
+    // The sender may start first: RDS retries the connection until the receiver is there.
+    let sender = summary(
+        run_json(&mut dpctl(&dir.0), "rds-sender.toml", &["--duration", "1"]),
+        Duration::from_secs(60),
+    );
+    let receiver = summary(receiver, Duration::from_secs(60));
+    let sent = stage(&sender, "gen").counters.out_msgs;
+    assert!(sent > 0);
+    assert_eq!(stage(&sender, "sender").counters.out_msgs, sent);
+    assert_eq!(
+        receiver.stopped_by,
+        StopCause::Finished,
+        "the receiver ends when its one sender has ended its stream"
+    );
+    assert_eq!(stage(&receiver, "receiver").counters.in_msgs, sent);
+    let sink = stage(&receiver, "sink");
+    assert_eq!(sink.counters.in_msgs, sent);
+    assert_eq!(
+        (sink.counters.gaps, sink.counters.verify_errors),
+        (0, 0),
+        "payloads crossed two pools and the fabric intact, in order"
+    );
+    assert!(sink.latency_ns.is_some());
+}
