@@ -10,6 +10,7 @@
 //! | `dpctl run` | the market-data demo ([`demo`]): a feed fanned out over rsockets to consumers in a second process, with end-to-end latency |
 //! | `dpctl check` | the preflight report ([`check`]): cores, hugepages, memlock, RDMA devices, rendezvous directory, and what to fix |
 //! | `dpctl stats` | the per-lcore and per-stage counters of a running pipeline, over its telemetry socket ([`telemetry`]) |
+//! | `dpctl rds-info` | the RDS nodes of a running pipeline with the sections of Linux `rds-info` ([`rdsinfo`]) |
 //!
 //! # Layers
 //!
@@ -42,6 +43,7 @@ pub mod link;
 pub mod monitor;
 pub mod msg;
 pub mod payload;
+pub mod rdsinfo;
 pub mod run;
 pub mod stage;
 pub mod stats;

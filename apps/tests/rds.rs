@@ -268,3 +268,128 @@ fn example_rds_sender_and_receiver_across_two_processes() {
     );
     assert!(sink.latency_ns.is_some());
 }
+
+/// `dpctl rds-info ARGS --pid PID` in `dir`: its exit status and stdout.
+fn rds_info(dir: &Path, pid: u32, args: &[&str]) -> (bool, String, String) {
+    let out = dpctl(dir)
+        .arg("rds-info")
+        .args(["--pid", &pid.to_string()])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Waits until `pid`'s telemetry socket is up in `dir`.
+fn wait_socket(dir: &Path, pid: u32) {
+    let sock = dir.join(format!("dpctl-{pid}.sock"));
+    let t0 = Instant::now();
+    while !sock.exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "no telemetry socket"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn rds_info_shows_the_running_nodes_like_rds_info() {
+    let _g = heavy();
+    let dir = TempDir::new("info");
+    let receiver = run_json(
+        &mut dpctl(&dir.0),
+        "rds-receiver.toml",
+        &["--duration", "60"],
+    );
+    let sender = run_json(&mut dpctl(&dir.0), "rds-sender.toml", &["--duration", "3"]);
+    wait_socket(&dir.0, receiver.id());
+    wait_socket(&dir.0, sender.id());
+    // The receiver's node once the sender's connection is up and messages arrived.
+    let t0 = Instant::now();
+    let node = loop {
+        let (ok, out, err) = rds_info(&dir.0, receiver.id(), &["--json"]);
+        assert!(ok, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let n = v[0].clone();
+        let up = n["connections"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["state"] == "UP"));
+        if up && n["counters"]["recv_queued"].as_u64().unwrap_or(0) > 0 {
+            break n;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "never connected: {n}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(node["stage"], "receiver");
+    assert_eq!(node["local_addrs"], serde_json::json!(["10.0.0.2"]));
+    let sock = &node["sockets"][0];
+    assert_eq!(
+        (sock["bound_addr"].as_str(), sock["bound_port"].as_u64()),
+        (Some("10.0.0.2"), Some(4000))
+    );
+    let conn = &node["connections"][0];
+    assert_eq!(conn["remote_addr"], "10.0.0.1");
+    assert_eq!(conn["transport"], "infiniband");
+    assert!(conn["next_rx_seq"].as_u64().unwrap() > 1, "{conn}");
+    assert!(node["counters"]["fabric_rx_frames"].as_u64().unwrap() > 0);
+    let maps = node["congestion"].as_array().unwrap();
+    assert!(
+        maps.iter()
+            .any(|m| m["addr"] == "10.0.0.2" && m["local"] == true),
+        "{maps:?}"
+    );
+    // The text form: rds-info's sections and columns, and only the chosen ones.
+    let (ok, text, err) = rds_info(&dir.0, receiver.id(), &[]);
+    assert!(ok, "{err}");
+    for want in [
+        "== stage receiver (RDS receiver, node 10.0.0.2)",
+        "CounterName",
+        "recv_queued",
+        "BoundAddr BPort",
+        "LocalAddr      RemoteAddr",
+        "Congestion maps:",
+    ] {
+        assert!(text.contains(want), "no `{want}` in:\n{text}");
+    }
+    let (ok, text, _) = rds_info(&dir.0, sender.id(), &["-n"]);
+    assert!(ok);
+    assert!(
+        text.contains("RDS Connections:") && text.contains("10.0.0.2"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("CounterName") && !text.contains("BoundAddr"),
+        "{text}"
+    );
+    let (ok, _, err) = rds_info(&dir.0, sender.id(), &["--stage", "nope"]);
+    assert!(!ok && err.contains("no RDS stage `nope`"), "{err}");
+    let sender = summary(sender, Duration::from_secs(60));
+    let receiver = summary(receiver, Duration::from_secs(60));
+    assert_eq!(
+        stage(&receiver, "sink").counters.in_msgs,
+        stage(&sender, "gen").counters.out_msgs
+    );
+}
+
+#[test]
+fn rds_info_says_when_a_pipeline_has_no_rds_stages() {
+    let _g = heavy();
+    let dir = TempDir::new("none");
+    let p = run_json(&mut dpctl(&dir.0), "pipeline.toml", &["--duration", "60"]);
+    wait_socket(&dir.0, p.id());
+    let (ok, _, err) = rds_info(&dir.0, p.id(), &[]);
+    assert!(!ok);
+    assert!(err.contains("has no RDS stages"), "{err}");
+    // Ctrl-C, by pid, ends it.
+    // SAFETY: kill(2) on the pid of the child this test started.
+    unsafe { libc::kill(p.id() as i32, libc::SIGINT) };
+    summary(p, Duration::from_secs(30));
+}

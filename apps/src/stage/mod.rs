@@ -38,6 +38,6 @@ pub use build::{Built, Resources, build};
 pub use env::{FabricDev, Stage, StageIo, StartGate, stamp_now};
 pub use forward::{Fanout, Forwarder};
 pub use generator::Generator;
-pub use rds::{END_OF_STREAM, RdsReceiver, RdsSender};
+pub use rds::{END_OF_STREAM, RdsInfoSlot, RdsReceiver, RdsSender};
 pub use rsocket::{RsClient, RsServer};
 pub use sink::Sink;

@@ -13,7 +13,10 @@
 //! once every byte it sent has been acknowledged; a receiver with `senders = N` finishes after
 //! N of them. Datagrams that are neither are a peer's bytes that failed the frame check: they
 //! are dropped and counted (`dropped`), never trusted.
+//!
+//! `info.rs` answers `dpctl rds-info` ([`RdsInfoSlot`]) from the stage's lcore.
 
+mod info;
 mod receiver;
 mod sender;
 
@@ -24,6 +27,7 @@ use dataplane::rds::fabric::{FabricConfig, FabricTransport};
 use dataplane::rds::node::RdsNode;
 use dataplane::rds::{RdsConfig, RdsEngine, TransportSpec};
 
+pub use info::RdsInfoSlot;
 pub use receiver::RdsReceiver;
 pub use sender::RdsSender;
 

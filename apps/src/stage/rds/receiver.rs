@@ -23,6 +23,7 @@ use dataplane::rds::{PathId, RdsError, RdsSocket, Received, RecvFlags};
 use mempool::pool::ObjId;
 
 use super::END_OF_STREAM;
+use super::info::RdsInfoSlot;
 use crate::config::RdsReceiverDef;
 use crate::error::RunError;
 use crate::link::Tx;
@@ -49,6 +50,7 @@ pub struct RdsReceiver {
     buf: Box<[u8]>,
     senders: Option<u32>,
     ended: u32,
+    info: Arc<RdsInfoSlot>,
     finished: bool,
 }
 
@@ -74,6 +76,7 @@ impl RdsReceiver {
         pool: u8,
         payloads: Payloads,
         stats: Arc<StageStats>,
+        info: Arc<RdsInfoSlot>,
     ) -> Result<Self, RunError> {
         let fail = |e: RdsError| RunError::Rds {
             stage: stats.name.clone(),
@@ -98,13 +101,9 @@ impl RdsReceiver {
             buf: vec![0; MAX_MSG_LEN as usize].into_boxed_slice(),
             senders: def.senders,
             ended: 0,
+            info,
             finished: false,
         })
-    }
-
-    /// The node, for its info views.
-    pub fn node(&self) -> &RdsNode {
-        &self.node
     }
 
     fn fail(&mut self, what: String) {
@@ -233,6 +232,10 @@ impl Stage for RdsReceiver {
             if let Err(e) = self.node.engine_mut().set_rcvbuf(io.now, self.sock, b) {
                 self.fail(format!("setting SO_RCVBUF to {b}: {e}"));
             }
+        }
+        if self.info.wanted() {
+            self.info
+                .answer(&mut self.node, self.sock, "receiver", None);
         }
         while let Some(ev) = self.node.engine_mut().poll_event() {
             if ev.sock == self.sock && ev.ready.readable() {

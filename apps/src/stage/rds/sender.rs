@@ -23,6 +23,7 @@ use dataplane::rds::{RdsError, RdsSocket, SendFlags};
 use lcore::time::{Instant, duration_to_nanos};
 
 use super::END_OF_STREAM;
+use super::info::RdsInfoSlot;
 use crate::config::RdsSenderDef;
 use crate::error::RunError;
 use crate::link::Rx;
@@ -69,6 +70,7 @@ pub struct RdsSender {
     buf: Box<[u8]>,
     held: usize,
     phase: Phase,
+    info: Arc<RdsInfoSlot>,
     finished: bool,
 }
 
@@ -94,6 +96,7 @@ impl RdsSender {
         input: Rx,
         payloads: Payloads,
         stats: Arc<StageStats>,
+        info: Arc<RdsInfoSlot>,
     ) -> Result<Self, RunError> {
         let fail = |e: RdsError| RunError::Rds {
             stage: stats.name.clone(),
@@ -115,13 +118,9 @@ impl RdsSender {
             buf: vec![0; MAX_MSG_LEN as usize].into_boxed_slice(),
             held: 0,
             phase: Phase::Data,
+            info,
             finished: false,
         })
-    }
-
-    /// The node, for its info views.
-    pub fn node(&self) -> &RdsNode {
-        &self.node
     }
 
     fn fail(&mut self, what: String) {
@@ -284,6 +283,10 @@ impl Stage for RdsSender {
             if let Err(e) = self.node.engine_mut().set_sndbuf(io.now, self.sock, b) {
                 self.fail(format!("setting SO_SNDBUF to {b}: {e}"));
             }
+        }
+        if self.info.wanted() {
+            self.info
+                .answer(&mut self.node, self.sock, "sender", Some(self.dest));
         }
         // Readiness events are not needed (the sender retries each poll); drain them so the
         // queue stays short.
