@@ -177,17 +177,38 @@ fn dpctl(dir: &Path) -> Command {
     c
 }
 
-fn run_json(c: &mut Command, name: &str, args: &[&str]) -> Child {
-    c.arg("run")
-        .arg(example(name))
-        .args(["--json", "--quiet"])
-        .args(args)
-        .spawn()
-        .unwrap()
+/// A pipeline this test started: killed (by its pid) if the test fails before collecting it.
+struct Proc(Option<Child>);
+
+impl Proc {
+    fn id(&self) -> u32 {
+        self.0.as_ref().map_or(0, Child::id)
+    }
 }
 
-/// Waits for `child` (killing it, by its pid, after `limit`); returns its summary.
-fn summary(mut child: Child, limit: Duration) -> Summary {
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn run_json(c: &mut Command, name: &str, args: &[&str]) -> Proc {
+    Proc(Some(
+        c.arg("run")
+            .arg(example(name))
+            .args(["--json", "--quiet"])
+            .args(args)
+            .spawn()
+            .unwrap(),
+    ))
+}
+
+/// Waits for the pipeline (killing it after `limit`); returns its summary.
+fn summary(mut p: Proc, limit: Duration) -> Summary {
+    let mut child = p.0.take().expect("collected once");
     let t0 = Instant::now();
     while child.try_wait().unwrap().is_none() {
         if t0.elapsed() > limit {
@@ -392,4 +413,141 @@ fn rds_info_says_when_a_pipeline_has_no_rds_stages() {
     // SAFETY: kill(2) on the pid of the child this test started.
     unsafe { libc::kill(p.id() as i32, libc::SIGINT) };
     summary(p, Duration::from_secs(30));
+}
+
+/// An RDS node of this test process owning `ip`, over shm in `dir`.
+fn test_node(dir: &Path, ip: &str) -> dataplane::rds::node::RdsNode {
+    use dataplane::fabric::shm::{Shm, ShmConfig, ShmDevice};
+    use dataplane::rds::fabric::{FabricConfig, FabricTransport};
+    use dataplane::rds::{RdsConfig, RdsEngine, TransportSpec};
+    let mut cfg = RdsConfig {
+        name: "dpctl-test-peer".into(),
+        transports: vec![TransportSpec::ib()],
+        seed: 0x5eed ^ u64::from(std::process::id()),
+        ..RdsConfig::default()
+    };
+    cfg.frags.count = 256;
+    cfg.frags.rx_reserve = 32;
+    let mut e = RdsEngine::new(cfg).unwrap();
+    e.add_local_addr(ip.parse().unwrap());
+    let dev = ShmDevice::open(ShmConfig {
+        dir: Some(dir.to_path_buf()),
+        ..ShmConfig::default()
+    })
+    .unwrap();
+    let t = FabricTransport::<Shm>::new(dev, &e, FabricConfig::default()).unwrap();
+    let mut n = dataplane::rds::node::RdsNode::new(e);
+    n.add_transport(Box::new(t)).unwrap();
+    n
+}
+
+/// Ignored in the normal test set: in about one run in ten a connection between this test's
+/// RDS node and the pipeline's goes down and never comes back up (a dp-rds/fabric transport
+/// issue reported with this work; the parsing itself is unit-tested in the stage).
+#[test]
+#[ignore = "an RDS connection sometimes stays down (dp-rds issue); run with --ignored"]
+fn receiver_drops_and_counts_hostile_datagrams() {
+    use apps::msg::{HEADER_LEN, Msg, Pattern, encode_header};
+    use dataplane::rds::node::RdsNode;
+    use dataplane::rds::{PathId, RdsError, SendFlags};
+    use lcore::time::{Clock, RealClock};
+
+    let _g = heavy();
+    let dir = TempDir::new("hostile");
+    let receiver = run_json(
+        &mut dpctl(&dir.0),
+        "rds-receiver.toml",
+        &["--duration", "60"],
+    );
+    // Its node listens before its telemetry socket appears.
+    wait_socket(&dir.0, receiver.id());
+    let clock = RealClock::new();
+    let to: std::net::SocketAddr = "10.0.0.2:4000".parse().unwrap();
+    // One good message, then what a hostile peer may send, then the end of the stream.
+    let good = Msg {
+        seq: 0,
+        len: 64,
+        pattern: Pattern::Zeros,
+        ..Msg::default()
+    };
+    let mut frame = vec![0u8; 64];
+    encode_header(&good, (&mut frame[..HEADER_LEN]).try_into().unwrap());
+    let mut lying = frame.clone();
+    lying.truncate(50); // the header says 64 bytes
+    let garbage = vec![0xA5u8; 300];
+    let short = vec![1u8; 3];
+    // Sends `datagrams` from `s` and polls until all are acked or `limit` passes.
+    let deliver = |n: &mut RdsNode, s, datagrams: &[&[u8]], limit: Duration| -> bool {
+        let mut next = 0;
+        let t0 = Instant::now();
+        while t0.elapsed() < limit {
+            let now = clock.now();
+            n.poll(now);
+            while n.engine_mut().poll_event().is_some() {}
+            if next < datagrams.len() {
+                match n
+                    .engine_mut()
+                    .send_to(now, s, Some(to), datagrams[next], SendFlags::DONTWAIT)
+                {
+                    Ok(_) => next += 1,
+                    Err(e) => assert!(matches!(e, RdsError::WouldBlock), "{e}"),
+                }
+            } else if n.engine().queued_bytes(s).unwrap().0 == 0 {
+                return true;
+            }
+            n.flush(now);
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        false
+    };
+    // The good message first, from a fresh address until one connection works: a first
+    // connection between two RDS nodes can stay down (reported as a dp-rds issue); a
+    // message that never went on the wire was not delivered.
+    let mut ip = 1;
+    let (mut n, s) = loop {
+        let mut n = test_node(&dir.0, &format!("10.0.0.{ip}"));
+        let s = n.engine_mut().socket().unwrap();
+        n.engine_mut()
+            .bind(s, format!("10.0.0.{ip}:0").parse().unwrap())
+            .unwrap();
+        if deliver(&mut n, s, &[&frame], Duration::from_secs(3)) {
+            break (n, s);
+        }
+        // Only a message that never went on the wire is surely not delivered.
+        let never_sent = n.engine().connections().all(|(c, _, _)| {
+            n.engine()
+                .path(PathId { conn: c, index: 0 })
+                .is_none_or(|p| p.max_sent_seq() == 0)
+        });
+        assert!(
+            never_sent && ip < 4,
+            "the good message was not delivered (sent: {})",
+            !never_sent
+        );
+        ip = if ip == 1 { 3 } else { ip + 1 };
+    };
+    assert!(
+        deliver(
+            &mut n,
+            s,
+            &[&lying, &garbage, &short, b"DPCTLEOS"],
+            Duration::from_secs(30)
+        ),
+        "not delivered"
+    );
+    // Keep the node up until the receiver has finished (its acks done), then stop polling.
+    let t1 = Instant::now();
+    while t1.elapsed() < Duration::from_millis(300) {
+        n.poll(clock.now());
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let r = summary(receiver, Duration::from_secs(60));
+    assert_eq!(
+        r.stopped_by,
+        StopCause::Finished,
+        "the end of stream counted"
+    );
+    let rcv = stage(&r, "receiver").counters;
+    assert_eq!((rcv.in_msgs, rcv.dropped), (1, 3), "{rcv:?}");
+    assert_eq!(stage(&r, "sink").counters.in_msgs, 1);
 }

@@ -114,14 +114,7 @@ impl RdsReceiver {
     /// Turns one datagram of `len` bytes into a descriptor; `None` (counted as dropped) if
     /// it is not a whole frame.
     fn frame(&mut self, len: usize) -> Option<Msg> {
-        if len < HEADER_LEN {
-            return None;
-        }
-        let hdr: &[u8; HEADER_LEN] = self.buf[..HEADER_LEN].try_into().ok()?;
-        let mut m = msg::decode_header(hdr).ok()?;
-        if m.len as usize != len {
-            return None;
-        }
+        let mut m = parse_datagram(&self.buf[..len])?;
         let body = &self.buf[HEADER_LEN..len];
         if self.verify && !payload::check(m.pattern, m.flow, m.seq, body) {
             self.stats.counters.verify_errors.add(1);
@@ -220,6 +213,14 @@ impl RdsReceiver {
     }
 }
 
+/// The message a datagram carries, if it is exactly one whole frame: a header that decodes
+/// and a length field equal to the datagram's length. Anything else is a peer's garbage.
+fn parse_datagram(d: &[u8]) -> Option<Msg> {
+    let hdr: &[u8; HEADER_LEN] = d.get(..HEADER_LEN)?.try_into().ok()?;
+    let m = msg::decode_header(hdr).ok()?;
+    (m.len as usize == d.len()).then_some(m)
+}
+
 impl Stage for RdsReceiver {
     fn poll(&mut self, io: &StageIo) -> usize {
         if self.finished {
@@ -265,5 +266,60 @@ impl Stage for RdsReceiver {
 
     fn is_finished(&self) -> bool {
         self.finished
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::msg::Pattern;
+
+    fn frame(len: u32) -> Vec<u8> {
+        let m = Msg {
+            seq: 7,
+            len,
+            pattern: Pattern::Counter,
+            flow: 3,
+            ..Msg::default()
+        };
+        let mut b = vec![0u8; len as usize];
+        msg::encode_header(&m, (&mut b[..HEADER_LEN]).try_into().unwrap());
+        payload::fill(m.pattern, m.flow, m.seq, &mut b[HEADER_LEN..]);
+        b
+    }
+
+    #[test]
+    fn whole_frames_pass_and_everything_else_is_refused() {
+        let good = frame(100);
+        let m = parse_datagram(&good).expect("a whole frame");
+        assert_eq!((m.seq, m.len, m.flow), (7, 100, 3));
+        // Shorter or longer than its length field says.
+        assert!(parse_datagram(&good[..99]).is_none());
+        let mut long = good.clone();
+        long.push(0);
+        assert!(parse_datagram(&long).is_none());
+        // Shorter than a header, the end-of-stream marker, empty, garbage, a bad magic.
+        assert!(parse_datagram(&good[..HEADER_LEN - 1]).is_none());
+        assert!(parse_datagram(END_OF_STREAM).is_none());
+        assert!(parse_datagram(&[]).is_none());
+        assert!(parse_datagram(&[0xA5; 300]).is_none());
+        let mut bad = good;
+        bad[0] ^= 0xFF;
+        assert!(parse_datagram(&bad).is_none());
+        // Every truncation of a frame, and every single-byte change of its header, is either
+        // refused or still a frame of the datagram's own length: never a panic.
+        let f = frame(64);
+        for cut in 0..f.len() {
+            assert!(parse_datagram(&f[..cut]).is_none());
+        }
+        for i in 0..HEADER_LEN {
+            for x in [1u8, 0x80, 0xFF] {
+                let mut g = f.clone();
+                g[i] ^= x;
+                if let Some(m) = parse_datagram(&g) {
+                    assert_eq!(m.len as usize, g.len());
+                }
+            }
+        }
     }
 }
