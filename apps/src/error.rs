@@ -85,6 +85,14 @@ pub enum RunError {
         #[source]
         source: io::Error,
     },
+    /// An RDS stage's node could not be set up.
+    #[error("stage `{stage}`: {message}")]
+    Rds {
+        /// The stage.
+        stage: String,
+        /// What failed and why.
+        message: String,
+    },
     /// An rsocket stage without a fabric (validation prevents this).
     #[error("rsocket stages need a [fabric] section")]
     NoFabric,

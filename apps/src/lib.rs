@@ -10,6 +10,7 @@
 //! | `dpctl run` | the market-data demo ([`demo`]): a feed fanned out over rsockets to consumers in a second process, with end-to-end latency |
 //! | `dpctl check` | the preflight report ([`check`]): cores, hugepages, memlock, RDMA devices, rendezvous directory, and what to fix |
 //! | `dpctl stats` | the per-lcore and per-stage counters of a running pipeline, over its telemetry socket ([`telemetry`]) |
+//! | `dpctl rds-info` | the RDS nodes of a running pipeline with the sections of Linux `rds-info` ([`rdsinfo`]) |
 //!
 //! # Layers
 //!
@@ -18,7 +19,7 @@
 //! * [`msg`], [`payload`], [`link`]: the message descriptor and its wire frame, payload
 //!   patterns and pools, rings with end of stream;
 //! * [`stage`]: the built-in stages (generator, forwarder, fanout, sink, rsocket server and
-//!   client), each an lcore poller; what fails while they are built is a
+//!   client, RDS sender and receiver), each an lcore poller; what fails while they are built is a
 //!   [`RunError`](run::RunError), defined below both the stages and the runner;
 //! * [`run`]: building a pipeline, running its lcores, the control thread and the two-phase
 //!   stop; [`monitor`] and [`summary`]: what it reports; [`telemetry`]: the control socket;
@@ -42,6 +43,7 @@ pub mod link;
 pub mod monitor;
 pub mod msg;
 pub mod payload;
+pub mod rdsinfo;
 pub mod run;
 pub mod stage;
 pub mod stats;

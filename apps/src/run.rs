@@ -518,6 +518,7 @@ pub fn run(cfg: &Config, mut opts: RunOptions) -> Result<Summary, RunError> {
                 start: shared.start,
                 config: &cfg.source,
                 hosted: &hosted,
+                rds: &res.rds_info,
             };
             scope.spawn(move || t.serve(&view))
         });

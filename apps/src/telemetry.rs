@@ -12,8 +12,8 @@
 //!   the command, or `{"error": "..."}`.
 //!
 //! Commands: `/` (the list), `/help,CMD`, `/info`, `/lcores`, `/stages`, `/stage,NAME`,
-//! `/progress` (the last per-second numbers) and `/stats` (lcores and stages together, what
-//! `dpctl stats` prints). DPDK uses `SOCK_SEQPACKET` for message boundaries; a newline does
+//! `/progress` (the last per-second numbers), `/stats` (lcores and stages together, what
+//! `dpctl stats` prints) and `/rds` (the RDS nodes, what `dpctl rds-info` prints). DPDK uses `SOCK_SEQPACKET` for message boundaries; a newline does
 //! that job here, since JSON output never contains a raw newline.
 //!
 //! Requests are served one at a time by a thread that is not an lcore; reading the counters
@@ -23,13 +23,17 @@ use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use lcore::{Lcores, Role as LcoreRole};
 use serde_json::{Value, json};
 
 use crate::monitor::Monitor;
+use crate::stage::RdsInfoSlot;
+
+/// How long `/rds` waits for an RDS stage's lcore to answer.
+const RDS_INFO_WAIT: Duration = Duration::from_secs(1);
 
 /// Largest response line.
 pub const MAX_OUTPUT_LEN: usize = 1 << 20;
@@ -55,6 +59,10 @@ const COMMANDS: &[(&str, &str)] = &[
         "The last per-second progress numbers (rates, Gb/s, p50/p99, busy %).",
     ),
     ("/stats", "/lcores and /stages together."),
+    (
+        "/rds",
+        "Per RDS stage (node): connections, sockets, counters and congestion maps, as rds-info shows them; /rds,STAGE for one.",
+    ),
 ];
 
 /// `dpctl-<pid>.sock` in `dir`.
@@ -133,6 +141,8 @@ pub(crate) struct View<'a> {
     pub(crate) start: Instant,
     pub(crate) config: &'a str,
     pub(crate) hosted: &'a [(usize, Vec<String>)],
+    /// The RDS stages' info slots.
+    pub(crate) rds: &'a [Arc<RdsInfoSlot>],
 }
 
 fn serve_client(s: UnixStream, view: &View<'_>) -> io::Result<()> {
@@ -192,6 +202,20 @@ pub(crate) fn handle(cmd: &str, view: &View<'_>) -> Value {
             json!(m.latest())
         }
         ("/stats", _) => json!({ "lcores": lcores(view), "stages": stages(view, None) }),
+        ("/rds", only) => {
+            let v: Vec<Value> = view
+                .rds
+                .iter()
+                .filter(|s| only.is_none_or(|n| n == s.stage()))
+                .map(|s| s.query(RDS_INFO_WAIT))
+                .collect();
+            if let Some(n) = only
+                && v.is_empty()
+            {
+                return json!({ "error": format!("no RDS stage `{n}`; /rds lists them all") });
+            }
+            json!(v)
+        }
         _ => return unknown(name),
     };
     json!({ cmd: body })

@@ -139,6 +139,10 @@ const COVERED: &[&str] = &[
     "rsocket-client.toml",
     "demo-feed.toml",
     "demo-consumers.toml",
+    // Run by tests/rds.rs.
+    "rds-pair.toml",
+    "rds-sender.toml",
+    "rds-receiver.toml",
 ];
 
 #[test]

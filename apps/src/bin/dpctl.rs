@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use apps::config::Config;
 use apps::demo::{self, DemoOptions};
+use apps::rdsinfo;
 use apps::run::{self, ProgressOut, RunOptions};
 use apps::telemetry::{self, Client};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -65,6 +66,38 @@ enum Command {
         /// The command to send: /stats (default), /lcores, /stages, /stage,NAME, /progress,
         /// /info, /help,CMD, or / for the list.
         command: Option<String>,
+        /// The pipeline's pid (needed when several run).
+        #[arg(long, conflicts_with = "socket")]
+        pid: Option<u32>,
+        /// The telemetry socket path.
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        /// Where to look for sockets (default: the shm rendezvous directory).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Print the RDS nodes of a running pipeline (its rds_sender and rds_receiver stages)
+    /// with the sections of Linux `rds-info`, read from its telemetry socket. No section
+    /// option prints them all.
+    RdsInfo {
+        /// Counters (rds-info -c).
+        #[arg(short = 'c')]
+        counters: bool,
+        /// Sockets (rds-info -k).
+        #[arg(short = 'k')]
+        sockets: bool,
+        /// Connections (rds-info -n).
+        #[arg(short = 'n')]
+        connections: bool,
+        /// Congestion maps.
+        #[arg(short = 'g')]
+        congestion: bool,
+        /// Only this stage.
+        #[arg(long)]
+        stage: Option<String>,
+        /// Print the telemetry answer as JSON.
+        #[arg(long)]
+        json: bool,
         /// The pipeline's pid (needed when several run).
         #[arg(long, conflicts_with = "socket")]
         pid: Option<u32>,
@@ -184,6 +217,25 @@ fn main() -> ExitCode {
             socket,
             dir,
         } => stats(command.as_deref().unwrap_or("/stats"), pid, socket, dir),
+        Command::RdsInfo {
+            counters,
+            sockets,
+            connections,
+            congestion,
+            stage,
+            json,
+            pid,
+            socket,
+            dir,
+        } => {
+            let sections = rdsinfo::Sections {
+                connections,
+                sockets,
+                counters,
+                congestion,
+            };
+            rds_info(stage.as_deref(), sections, json, pid, socket, dir)
+        }
         Command::DemoConsumers {
             dir,
             cpu,
@@ -335,48 +387,9 @@ fn run_demo(
 }
 
 fn stats(cmd: &str, pid: Option<u32>, socket: Option<PathBuf>, dir: Option<PathBuf>) -> ExitCode {
-    let dir = dir.unwrap_or_else(|| run::telemetry_dir(None));
-    let path = match (socket, pid) {
-        (Some(s), _) => s,
-        (None, Some(p)) => telemetry::socket_path(&dir, p),
-        (None, None) => {
-            let found = telemetry::find_sockets(&dir);
-            match found.as_slice() {
-                [(_, p)] => p.clone(),
-                [] => {
-                    return fail(
-                        format!(
-                            "no running pipeline has a telemetry socket in {}; start one with \
-                             `dpctl run FILE`, or pass --socket PATH or --dir DIR",
-                            dir.display()
-                        ),
-                        1,
-                    );
-                }
-                many => {
-                    let pids: Vec<String> = many.iter().map(|(p, _)| p.to_string()).collect();
-                    return fail(
-                        format!(
-                            "several pipelines are running (pids {}); pick one with --pid",
-                            pids.join(", ")
-                        ),
-                        1,
-                    );
-                }
-            }
-        }
-    };
-    let mut c = match Client::connect(&path) {
-        Ok(c) => c,
-        Err(e) => {
-            return fail(
-                format!(
-                    "cannot connect to {}: {e}; is the pipeline running?",
-                    path.display()
-                ),
-                1,
-            );
-        }
+    let (mut c, path) = match connect(pid, socket, dir) {
+        Ok(x) => x,
+        Err(code) => return code,
     };
     match c.query(cmd) {
         Ok(v) => {
@@ -388,5 +401,100 @@ fn stats(cmd: &str, pid: Option<u32>, socket: Option<PathBuf>, dir: Option<PathB
             }
         }
         Err(e) => fail(format!("querying {}: {e}", path.display()), 1),
+    }
+}
+
+fn rds_info(
+    stage: Option<&str>,
+    sections: rdsinfo::Sections,
+    json: bool,
+    pid: Option<u32>,
+    socket: Option<PathBuf>,
+    dir: Option<PathBuf>,
+) -> ExitCode {
+    let (mut c, path) = match connect(pid, socket, dir) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let cmd = stage.map_or_else(|| "/rds".to_owned(), |s| format!("/rds,{s}"));
+    let v = match c.query(&cmd) {
+        Ok(v) => v,
+        Err(e) => return fail(format!("querying {}: {e}", path.display()), 1),
+    };
+    if let Some(e) = v.get("error") {
+        return fail(format!("{}: {e}", path.display()), 1);
+    }
+    let Some(answer) = v.get(&cmd) else {
+        return fail(
+            format!(
+                "{} does not know `/rds` (an older dpctl?): {v}",
+                path.display()
+            ),
+            1,
+        );
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(answer).unwrap_or_default()
+        );
+        return ExitCode::SUCCESS;
+    }
+    match rdsinfo::render(answer, sections) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e, 1),
+    }
+}
+
+/// Connects to the telemetry socket of a running pipeline: the given socket, the given
+/// pid's, or the only one in the directory.
+fn connect(
+    pid: Option<u32>,
+    socket: Option<PathBuf>,
+    dir: Option<PathBuf>,
+) -> Result<(Client, PathBuf), ExitCode> {
+    let dir = dir.unwrap_or_else(|| run::telemetry_dir(None));
+    let path = match (socket, pid) {
+        (Some(s), _) => s,
+        (None, Some(p)) => telemetry::socket_path(&dir, p),
+        (None, None) => {
+            let found = telemetry::find_sockets(&dir);
+            match found.as_slice() {
+                [(_, p)] => p.clone(),
+                [] => {
+                    return Err(fail(
+                        format!(
+                            "no running pipeline has a telemetry socket in {}; start one with \
+                             `dpctl run FILE`, or pass --socket PATH or --dir DIR",
+                            dir.display()
+                        ),
+                        1,
+                    ));
+                }
+                many => {
+                    let pids: Vec<String> = many.iter().map(|(p, _)| p.to_string()).collect();
+                    return Err(fail(
+                        format!(
+                            "several pipelines are running (pids {}); pick one with --pid",
+                            pids.join(", ")
+                        ),
+                        1,
+                    ));
+                }
+            }
+        }
+    };
+    match Client::connect(&path) {
+        Ok(c) => Ok((c, path)),
+        Err(e) => Err(fail(
+            format!(
+                "cannot connect to {}: {e}; is the pipeline running?",
+                path.display()
+            ),
+            1,
+        )),
     }
 }

@@ -40,12 +40,13 @@
 //! key and its default, is in `apps/configs/README.md`.
 //!
 //! Stage kinds: `generator`, `forwarder`, `fanout`, `sink`, `rsocket_server`,
-//! `rsocket_client` (see [`StageKind`]).
+//! `rsocket_client`, `rds_sender`, `rds_receiver` (see [`StageKind`]).
 //!
 //! # Files
 //!
 //! From the top down: `parse.rs` turns text into a [`Config`] (with [`Config::from_file`] and
 //! [`Config::parse`]); `validate.rs` checks the sections against each other and converts them;
+//! `rds.rs` checks the RDS stages (methods of the same checker);
 //! `doc.rs` turns spans into lines and serde errors into located ones; `raw.rs` holds the
 //! sections as serde sees them; `types.rs` the validated types and `error.rs` the errors,
 //! which import nothing of their siblings.
@@ -54,14 +55,15 @@ mod doc;
 mod error;
 mod parse;
 mod raw;
+mod rds;
 mod types;
 mod validate;
 
 pub use error::ConfigError;
 pub use types::{
     ClientDef, Config, Eal, Fabric, FanoutDef, ForwarderDef, GeneratorDef, MAX_BURST, MAX_POOLS,
-    Memory, OnFull, PoolDef, Provider, RingDef, ServerDef, ServerMode, SinkDef, StageDef,
-    StageKind,
+    Memory, OnFull, PoolDef, Provider, RdsReceiverDef, RdsSenderDef, RingDef, ServerDef,
+    ServerMode, SinkDef, StageDef, StageKind,
 };
 
 pub use crate::msg::{MAX_MSG_LEN, MIN_MSG_LEN};

@@ -16,7 +16,8 @@ use super::raw::{RawMemory, RawStage, Sections};
 use super::types::Config;
 use super::validate::Checker;
 
-const STAGE_KINDS: &str = "generator, forwarder, fanout, sink, rsocket_server, rsocket_client";
+const STAGE_KINDS: &str =
+    "generator, forwarder, fanout, sink, rsocket_server, rsocket_client, rds_sender, rds_receiver";
 
 impl Config {
     /// Reads and validates a file.
@@ -128,6 +129,8 @@ fn stage<'a>(doc: &Doc<'a>, name: &str, v: Spanned<DeValue<'a>>) -> Result<RawSt
         "sink" => RawStage::Sink(doc.section(&section, rest)?),
         "rsocket_server" => RawStage::Server(doc.section(&section, rest)?),
         "rsocket_client" => RawStage::Client(doc.section(&section, rest)?),
+        "rds_sender" => RawStage::RdsSender(doc.section(&section, rest)?),
+        "rds_receiver" => RawStage::RdsReceiver(doc.section(&section, rest)?),
         other => {
             return Err(doc.bad_value(
                 &kspan,

@@ -178,6 +178,32 @@ pub(super) struct RawClient {
     pub connect_timeout_ms: Option<Spanned<u64>>,
 }
 
+/// `kind = "rds_sender"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRdsSender {
+    pub lcore: Spanned<usize>,
+    pub input: Spanned<String>,
+    pub bind: Spanned<String>,
+    pub dest: Spanned<String>,
+    pub burst: Option<Spanned<usize>>,
+    pub sndbuf: Option<Spanned<u32>>,
+}
+
+/// `kind = "rds_receiver"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRdsReceiver {
+    pub lcore: Spanned<usize>,
+    pub bind: Spanned<String>,
+    pub output: Spanned<String>,
+    pub pool: Option<Spanned<String>>,
+    pub senders: Option<Spanned<u32>>,
+    pub verify: Option<bool>,
+    pub burst: Option<Spanned<usize>>,
+    pub rcvbuf: Option<Spanned<u32>>,
+}
+
 /// Parsed sections before cross-checks.
 pub(super) struct Sections {
     pub(super) eal: Option<(RawEal, Range<usize>)>,
@@ -195,6 +221,8 @@ pub(super) enum RawStage {
     Sink(RawSink),
     Server(RawServer),
     Client(RawClient),
+    RdsSender(RawRdsSender),
+    RdsReceiver(RawRdsReceiver),
 }
 
 impl RawStage {
@@ -206,6 +234,8 @@ impl RawStage {
             Self::Sink(s) => &s.lcore,
             Self::Server(s) => &s.lcore,
             Self::Client(s) => &s.lcore,
+            Self::RdsSender(s) => &s.lcore,
+            Self::RdsReceiver(s) => &s.lcore,
         }
     }
 }

@@ -153,6 +153,10 @@ pub enum StageKind {
     RsocketServer(ServerDef),
     /// Sends the messages of a ring over an rsocket connection.
     RsocketClient(ClientDef),
+    /// Sends the messages of a ring as RDS datagrams to one RDS address:port.
+    RdsSender(RdsSenderDef),
+    /// Receives RDS datagrams on a bound address:port and puts them on a ring.
+    RdsReceiver(RdsReceiverDef),
 }
 
 impl StageKind {
@@ -165,17 +169,20 @@ impl StageKind {
             Self::Sink(_) => "sink",
             Self::RsocketServer(_) => "rsocket_server",
             Self::RsocketClient(_) => "rsocket_client",
+            Self::RdsSender(_) => "rds_sender",
+            Self::RdsReceiver(_) => "rds_receiver",
         }
     }
 
     /// The rings the stage reads.
     pub fn inputs(&self) -> Vec<&str> {
         match self {
-            Self::Generator(_) | Self::RsocketServer(_) => vec![],
+            Self::Generator(_) | Self::RsocketServer(_) | Self::RdsReceiver(_) => vec![],
             Self::Forwarder(f) => vec![&f.input],
             Self::Fanout(f) => vec![&f.input],
             Self::Sink(s) => vec![&s.input],
             Self::RsocketClient(c) => vec![&c.input],
+            Self::RdsSender(r) => vec![&r.input],
         }
     }
 
@@ -185,9 +192,10 @@ impl StageKind {
             Self::Generator(g) => vec![&g.output],
             Self::Forwarder(f) => vec![&f.output],
             Self::Fanout(f) => f.outputs.iter().map(String::as_str).collect(),
-            Self::Sink(_) => vec![],
+            Self::Sink(_) | Self::RdsSender(_) => vec![],
             Self::RsocketServer(s) => s.output.iter().map(String::as_str).collect(),
             Self::RsocketClient(c) => c.output.iter().map(String::as_str).collect(),
+            Self::RdsReceiver(r) => vec![&r.output],
         }
     }
 }
@@ -298,6 +306,43 @@ pub struct ClientDef {
     pub burst: usize,
     /// How long to retry a refused connection (the server may start later).
     pub connect_timeout: Duration,
+}
+
+/// `kind = "rds_sender"`: an RDS node of its own (it owns the IP address of `bind`) whose
+/// one socket sends every message of `input` as one datagram to `dest`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RdsSenderDef {
+    /// The ring it reads.
+    pub input: String,
+    /// The node's address and the socket's port (`0`: any free port).
+    pub bind: SocketAddr,
+    /// Where every message goes.
+    pub dest: SocketAddr,
+    /// Messages per dequeue.
+    pub burst: usize,
+    /// `SO_SNDBUF` of the socket.
+    pub sndbuf: u32,
+}
+
+/// `kind = "rds_receiver"`: an RDS node of its own (it owns the IP address of `bind`) whose
+/// one socket, bound to `bind`, forwards every datagram to `output`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RdsReceiverDef {
+    /// The node's address and the socket's port.
+    pub bind: SocketAddr,
+    /// The ring received messages are forwarded to.
+    pub output: String,
+    /// Pool to copy received payloads into (`None`: descriptors only; payloads are
+    /// re-synthesized from the pattern downstream).
+    pub pool: Option<String>,
+    /// End after this many senders have ended their streams (`None`: run until stopped).
+    pub senders: Option<u32>,
+    /// Check payload bytes against the pattern.
+    pub verify: bool,
+    /// Messages per enqueue.
+    pub burst: usize,
+    /// `SO_RCVBUF` of the socket.
+    pub rcvbuf: u32,
 }
 
 impl Config {

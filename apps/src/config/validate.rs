@@ -43,12 +43,14 @@ struct RingUse {
 
 /// Cross-section checks and the conversion to validated types.
 pub(super) struct Checker<'d, 'a> {
-    doc: &'d Doc<'a>,
+    pub(super) doc: &'d Doc<'a>,
     s: Sections,
     cpus: Option<Vec<usize>>,
     ring_caps: HashMap<String, usize>,
     ring_spans: HashMap<String, Range<usize>>,
     uses: HashMap<String, RingUse>,
+    /// `[fabric] bounce_bytes` as written, if it was.
+    pub(super) bounce: Option<Spanned<u32>>,
 }
 
 impl<'d, 'a> Checker<'d, 'a> {
@@ -60,6 +62,7 @@ impl<'d, 'a> Checker<'d, 'a> {
             ring_caps: HashMap::new(),
             ring_spans: HashMap::new(),
             uses: HashMap::new(),
+            bounce: None,
         }
     }
 
@@ -73,9 +76,10 @@ impl<'d, 'a> Checker<'d, 'a> {
             },
         };
         let pools = self.pools()?;
-        let fabric = self.fabric()?;
+        let mut fabric = self.fabric()?;
         let mut rings = self.rings()?;
         let stages = self.stages(&pools, fabric.is_some())?;
+        self.rds_bounce(&mut fabric, &stages)?;
         for r in &mut rings {
             let u = self.uses.remove(&r.name).unwrap_or_default();
             let span = self.ring_spans.get(&r.name).cloned().unwrap_or(0..0);
@@ -248,6 +252,7 @@ impl<'d, 'a> Checker<'d, 'a> {
                         "`device` applies to provider = \"verbs\"; the shm provider needs no device".to_owned(),
                     ));
                 }
+                self.bounce.clone_from(&raw.bounce_bytes);
                 let bounce = match &raw.bounce_bytes {
                     Some(b) if !(4096..=1 << 30).contains(b.get_ref()) => {
                         return Err(self.doc.bad_value(
@@ -336,7 +341,7 @@ impl<'d, 'a> Checker<'d, 'a> {
     }
 
     /// Records a stage reading `ring`, checking the ring exists and has no other reader.
-    fn consume(
+    pub(super) fn consume(
         &mut self,
         stage: &str,
         ring: &Spanned<String>,
@@ -362,7 +367,7 @@ impl<'d, 'a> Checker<'d, 'a> {
     }
 
     /// Records a stage writing `ring`.
-    fn produce(
+    pub(super) fn produce(
         &mut self,
         stage: &str,
         ring: &Spanned<String>,
@@ -412,7 +417,7 @@ impl<'d, 'a> Checker<'d, 'a> {
         ))
     }
 
-    fn pool_ref(
+    pub(super) fn pool_ref(
         &self,
         pools: &[PoolDef],
         section: &str,
@@ -433,7 +438,7 @@ impl<'d, 'a> Checker<'d, 'a> {
         ))
     }
 
-    fn burst(
+    pub(super) fn burst(
         &self,
         section: &str,
         b: Option<&Spanned<usize>>,
@@ -472,7 +477,7 @@ impl<'d, 'a> Checker<'d, 'a> {
         Ok(v)
     }
 
-    fn addr(
+    pub(super) fn addr(
         &self,
         section: &str,
         key: &str,
@@ -509,6 +514,7 @@ impl<'d, 'a> Checker<'d, 'a> {
         }
         let mut out = Vec::new();
         let mut listens: HashMap<SocketAddr, String> = HashMap::new();
+        let mut rds_nodes: HashMap<std::net::IpAddr, String> = HashMap::new();
         for (name, span, st) in raw {
             let section = format!("stage.{name}");
             let lc = st.lcore();
@@ -706,6 +712,22 @@ impl<'d, 'a> Checker<'d, 'a> {
                         connect_timeout: Duration::from_millis(timeout),
                     })
                 }
+                RawStage::RdsSender(r) => {
+                    if !have_fabric {
+                        return Err(self.no_fabric(&span, &section));
+                    }
+                    let def = self.rds_sender(&name, &section, &r)?;
+                    self.rds_node(&mut rds_nodes, &name, &section, &r.bind, def.bind)?;
+                    StageKind::RdsSender(def)
+                }
+                RawStage::RdsReceiver(r) => {
+                    if !have_fabric {
+                        return Err(self.no_fabric(&span, &section));
+                    }
+                    let def = self.rds_receiver(&name, &section, &r, pools)?;
+                    self.rds_node(&mut rds_nodes, &name, &section, &r.bind, def.bind)?;
+                    StageKind::RdsReceiver(def)
+                }
             };
             out.push(StageDef {
                 name,
@@ -717,12 +739,12 @@ impl<'d, 'a> Checker<'d, 'a> {
         Ok(out)
     }
 
-    fn no_fabric(&self, span: &Range<usize>, section: &str) -> ConfigError {
+    pub(super) fn no_fabric(&self, span: &Range<usize>, section: &str) -> ConfigError {
         self.doc.invalid(
             span,
             section,
             "kind",
-            "rsocket stages need a [fabric] section; add `[fabric]` with `provider = \"shm\"`"
+            "rsocket and RDS stages need a [fabric] section; add `[fabric]` with `provider = \"shm\"`"
                 .to_owned(),
         )
     }
@@ -858,7 +880,10 @@ impl<'d, 'a> Checker<'d, 'a> {
             .filter(|s| {
                 matches!(
                     s.kind,
-                    StageKind::Sink(_) | StageKind::Fanout(_) | StageKind::RsocketClient(_)
+                    StageKind::Sink(_)
+                        | StageKind::Fanout(_)
+                        | StageKind::RsocketClient(_)
+                        | StageKind::RdsSender(_)
                 )
             })
             .count() as u64;
@@ -869,6 +894,7 @@ impl<'d, 'a> Checker<'d, 'a> {
                 .filter(|s| match &s.kind {
                     StageKind::Generator(g) => g.pool.as_deref() == Some(&p.name),
                     StageKind::RsocketServer(v) => v.pool.as_deref() == Some(&p.name),
+                    StageKind::RdsReceiver(r) => r.pool.as_deref() == Some(&p.name),
                     _ => false,
                 })
                 .count() as u64;

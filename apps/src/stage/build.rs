@@ -9,6 +9,7 @@ use mempool::pool::Pool;
 use super::env::{FabricDev, Stage, StartGate};
 use super::forward::{Fanout, Forwarder};
 use super::generator::Generator;
+use super::rds::{self, RdsInfoSlot, RdsReceiver, RdsSender};
 use super::rsocket;
 use super::sink::Sink;
 use crate::config::{Config, ServerMode, StageKind};
@@ -44,6 +45,8 @@ pub struct Resources {
     pub fabric: Option<FabricDev>,
     /// The start gate of the rsocket clients.
     pub gate: StartGate,
+    /// The info slots of the RDS stages, for `dpctl rds-info` (filled by [`build`]).
+    pub rds_info: Vec<Arc<RdsInfoSlot>>,
     txs: HashMap<String, Vec<Tx>>,
     rxs: HashMap<String, Rx>,
 }
@@ -89,6 +92,7 @@ impl Resources {
             pools,
             fabric,
             gate: StartGate::new(clients),
+            rds_info: Vec::new(),
             txs,
             rxs,
         })
@@ -206,6 +210,29 @@ pub fn build(cfg: &Config, res: &mut Resources) -> Result<Vec<Built>, RunError> 
                 };
                 let st = rsocket::client(&mut ctxs, at, c, input, out, payloads, gate)?;
                 (st, stats)
+            }
+            StageKind::RdsSender(d) => {
+                let stats = StageStats::new(&s.name, kind, s.lcore, Role::Terminal, false);
+                let fabric = res.fabric.as_ref().ok_or(RunError::NoFabric)?;
+                let node = rds::node(fabric, &s.name, d.bind.ip(), d.sndbuf)?;
+                let input = res.rx(&d.input);
+                let payloads = Payloads::new(&res.pools);
+                let info = RdsInfoSlot::new(stats.clone());
+                res.rds_info.push(info.clone());
+                let st = RdsSender::new(node, d, input, payloads, stats.clone(), info)?;
+                (Box::new(st), stats)
+            }
+            StageKind::RdsReceiver(d) => {
+                let stats = StageStats::new(&s.name, kind, s.lcore, Role::Source, false);
+                let fabric = res.fabric.as_ref().ok_or(RunError::NoFabric)?;
+                let node = rds::node(fabric, &s.name, d.bind.ip(), d.rcvbuf)?;
+                let out = res.tx(&d.output);
+                let pool = res.pool_byte(cfg, d.pool.as_deref());
+                let payloads = Payloads::new(&res.pools);
+                let info = RdsInfoSlot::new(stats.clone());
+                res.rds_info.push(info.clone());
+                let st = RdsReceiver::new(node, d, out, pool, payloads, stats.clone(), info)?;
+                (Box::new(st), stats)
             }
         };
         out.push(Built {

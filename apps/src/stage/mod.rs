@@ -30,6 +30,7 @@ mod build;
 mod env;
 mod forward;
 mod generator;
+mod rds;
 mod rsocket;
 mod sink;
 
@@ -37,5 +38,6 @@ pub use build::{Built, Resources, build};
 pub use env::{FabricDev, Stage, StageIo, StartGate, stamp_now};
 pub use forward::{Fanout, Forwarder};
 pub use generator::Generator;
+pub use rds::{END_OF_STREAM, RdsInfoSlot, RdsReceiver, RdsSender};
 pub use rsocket::{RsClient, RsServer};
 pub use sink::Sink;

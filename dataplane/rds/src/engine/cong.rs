@@ -51,6 +51,11 @@ impl CongTable {
         self.by_addr.get(&addr).copied()
     }
 
+    /// Every map with the address it belongs to, in the order they were made.
+    pub fn iter(&self) -> impl Iterator<Item = (Addr, &CongMap)> + '_ {
+        self.maps.iter().map(|e| (e.addr, &*e.map))
+    }
+
     /// The bitmap.
     pub fn map(&self, i: MapIdx) -> &CongMap {
         &self.maps[i as usize].map

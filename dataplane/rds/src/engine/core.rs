@@ -20,6 +20,7 @@ use crate::rng::Rng;
 use crate::stats::Stats;
 use crate::store::{FragPool, Lane, List, Msg, Store};
 use crate::uapi::RDS_RDMA_DROPPED;
+use crate::wire::CongMap;
 use crate::wire::ib::{self, IbConnPrivRepr, IbVersion, IncompatibleVersion, SUPPORTED_MINOR_MASK};
 
 /// Paths per connection slot in the engine's per-path tables.
@@ -275,6 +276,15 @@ impl RdsEngine {
             .iter()
             .enumerate()
             .map(|(i, c)| (i as u32, c.key, c.npaths))
+    }
+
+    /// Every congestion map the node keeps (`rds-info`'s congestion state): each address it
+    /// has met, local or a peer's, whether it is one of this node's, and its bitmap of
+    /// congested ports (for a peer: what the peer last sent).
+    pub fn congestion_maps(&self) -> impl Iterator<Item = (IpAddr, bool, &CongMap)> + '_ {
+        self.cong
+            .iter()
+            .map(|(a, m)| (a.ip(), self.local.contains_key(&a), m))
     }
 
     pub(crate) fn spec(&self, kind: TransportKind) -> Option<TransportSpec> {
