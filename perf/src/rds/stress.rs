@@ -26,7 +26,7 @@ use hdrhistogram::Histogram;
 use lcore::time::{Clock, Instant, RealClock};
 use serde_json::json;
 
-use super::{PAIR_ACTIVE, PAIR_PASSIVE, RdsFabric, all_counters, node, rendezvous, set_buffers};
+use super::{RdsFabric, all_counters, node, rendezvous, set_buffers};
 use crate::common::Common;
 use crate::harness::{run_on, run_pair};
 use crate::{PerfError, Report};
@@ -218,10 +218,11 @@ impl StressArgs {
             if let Some(d) = d {
                 let _ = std::fs::create_dir_all(d);
             }
+            let (pa, pp) = self.fabric.pair_addrs();
             let (a, b) = run_pair(
                 [ca, cb],
-                || self.active(d, PAIR_ACTIVE, PAIR_PASSIVE, sockets, secs, &shared),
-                || self.passive(d, PAIR_PASSIVE, sockets, &shared, None),
+                || self.active(d, pa, pp, sockets, secs, &shared),
+                || self.passive(d, pp, sockets, &shared, None),
             )?;
             if let Some(d) = d {
                 let _ = std::fs::remove_dir_all(d);
@@ -278,6 +279,8 @@ impl StressArgs {
                 .socket()
                 .map_err(|e| PerfError::Fabric(format!("RDS socket: {e}")))?;
             let port = self.port + 1 + k as u16;
+            self.fabric.set_transport(n, now, s)?;
+            let e = n.engine_mut();
             e.bind(s, SocketAddr::new(addr, port))
                 .map_err(|e| PerfError::Fabric(format!("bind {addr}:{port}: {e}")))?;
             // rds-stress's sizing: tasks x depth x (request + ack) x 2 for both buffers
