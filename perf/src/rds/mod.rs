@@ -41,6 +41,8 @@ use crate::PerfError;
 use crate::harness::ProviderKind;
 use crate::harness::open_verbs;
 
+mod kernel;
+mod ksock;
 pub mod ping;
 pub mod stress;
 
