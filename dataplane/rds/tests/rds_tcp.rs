@@ -2,6 +2,10 @@
 //! RDS): sizes 0 B..1 MiB, the connect rule, a connection killed under traffic, a stalled
 //! receiver, and hostile byte streams. Every node listens on its own 127.0.x.y address,
 //! on a port derived from the process id (tests of other checkouts may run at once).
+//!
+//! The nodes run single-path (multipath over real sockets is not proven yet; see
+//! `dp_rds::tcp`). `RDS_TCP_MP=1` runs the same tests with 8 paths: about one run in ten
+//! still fails (ordering at the fan-out from path 0, see the crate's "not done").
 
 mod common;
 
@@ -28,7 +32,7 @@ fn ip(s: &str) -> IpAddr {
 
 fn node(name: &str, seed: u64, addr: &str) -> BlockingNode {
     let spec = TransportSpec {
-        multipath: false,
+        multipath: std::env::var("RDS_TCP_MP").is_ok(),
         ..TransportSpec::tcp()
     };
     let engine = RdsEngine::new(engine_cfg(name, seed, spec)).unwrap();
@@ -85,6 +89,21 @@ fn recv_all(n: &BlockingNode, s: RdsSocket, count: u64, expect: impl Fn(u64) -> 
         match n.recv_from(s, &mut buf, T) {
             Ok(Received::Data { len, .. }) => {
                 let want = expect(i);
+                if len != want.len() || buf[..len] != want[..] {
+                    let mut v = n.with(|n, _| {
+                        n.engine()
+                            .stats()
+                            .iter()
+                            .filter(|s| s.1 != 0)
+                            .collect::<Vec<_>>()
+                    });
+                    n.with(|n, _| {
+                        n.transport_mut(TransportKind::Tcp)
+                            .unwrap()
+                            .counters(&mut |k, x| v.push((k, x)))
+                    });
+                    eprintln!("MISMATCH at {i}: {v:?}");
+                }
                 assert_eq!(len, want.len(), "message {i}: length");
                 assert!(buf[..len] == want[..], "message {i}: bytes differ");
             }
@@ -174,7 +193,9 @@ fn sizes_0_to_1mib_both_ways_with_both_sides_sending_first() {
         assert_eq!(l.port(), port(), "B only accepts");
     }
     let npaths = a.with(|n, _| n.engine().connections().map(|c| c.2).max().unwrap());
-    assert_eq!(npaths, 1, "single path");
+    if std::env::var("RDS_TCP_MP").is_err() {
+        assert_eq!(npaths, 1, "single path");
+    }
     assert_eq!(
         ca.len(),
         usize::from(npaths),

@@ -34,9 +34,11 @@ pub struct TcpConfig {
     /// The transport's staging buffer for writes: queued frames are gathered into it (many
     /// small messages per `write`). 256 KiB.
     pub tx_buffer: usize,
-    /// Bind the source port of the dial of path `i` to a port `p` with `p % 8 == i`
-    /// (`RDS_EXTHDR_SPORT_IDX` of newer kernels), so that our passive side maps an
-    /// accepted connection back to its path. On by default; a kernel 6.1 peer ignores it.
+    /// SPORT_IDX (`RDS_EXTHDR_SPORT_IDX` of newer kernels): bind the source port of the
+    /// dial of path `i` to a port `p` with `p % 8 == i`, and map an accepted connection to
+    /// path `sport % 8`. On by default (both sides must be ours or newer kernels); turn it
+    /// off to accept from a kernel 6.1 dialler, whose ports are random (then the first
+    /// path that is down takes the connection, as in 6.1).
     pub sport_idx: bool,
 }
 
@@ -74,6 +76,9 @@ impl TcpConfig {
 pub struct TcpStats {
     /// Connections accepted and handed to the engine.
     pub tcp_accepted: u64,
+    /// Accepted connections that waited for the old connection of their path to be read
+    /// to its end first (nothing the peer's TCP saw acknowledged is dropped).
+    pub tcp_accept_parked: u64,
     /// Accepted connections refused: the address is not ours, or the engine said no.
     pub tcp_accept_refused: u64,
     /// Accepted connections from a larger address, closed; we dialled back (the connect rule).
@@ -106,6 +111,7 @@ impl TcpStats {
     /// Calls `f` with each counter's name and value.
     pub fn each(&self, f: &mut dyn FnMut(&'static str, u64)) {
         f("tcp_accepted", self.tcp_accepted);
+        f("tcp_accept_parked", self.tcp_accept_parked);
         f("tcp_accept_refused", self.tcp_accept_refused);
         f("tcp_accept_from_larger", self.tcp_accept_from_larger);
         f("tcp_connect", self.tcp_connect);

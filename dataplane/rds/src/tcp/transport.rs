@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::io::{self, ErrorKind};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::time::Duration;
 
 use lcore::time::Instant;
 use socket2::{Domain, Protocol, SockAddr, Socket, TcpKeepalive, Type};
@@ -11,7 +12,7 @@ use super::config::{TcpConfig, TcpStats};
 use super::conn::TcpConn;
 use crate::addr::Addr;
 use crate::engine::{Accept, ConnKey, Incoming, RdsEngine, TransportCmd, TransportKind};
-use crate::path::{PathId, TxFrame};
+use crate::path::{ConnState, PathId, TxFrame};
 use crate::transport::Transport;
 use crate::wire::MPATH_WORKERS;
 
@@ -19,6 +20,19 @@ use crate::wire::MPATH_WORKERS;
 /// `ip_local_port_range`).
 const SPORT_LOW: u16 = 32768;
 const SPORT_HIGH: u16 = 60999;
+
+/// How long an accepted connection waits for the live connection it replaces to end.
+const PARK_LIMIT: Duration = Duration::from_secs(1);
+
+/// An accepted connection waiting for its path's old connection to be read to its end.
+#[derive(Debug)]
+struct Parked {
+    socket: Socket,
+    laddr: IpAddr,
+    faddr: IpAddr,
+    index: u8,
+    since: Instant,
+}
 
 /// A dial in progress.
 #[derive(Debug)]
@@ -37,6 +51,7 @@ pub struct TcpTransport {
     listeners: Vec<(IpAddr, TcpListener)>,
     dialing: HashMap<PathId, Dialing>,
     conns: HashMap<PathId, TcpConn>,
+    parked: Vec<Parked>,
     scratch: Box<[u8]>,
     next_sport: u16,
     stats: TcpStats,
@@ -52,6 +67,7 @@ impl TcpTransport {
             listeners: Vec::new(),
             dialing: HashMap::new(),
             conns: HashMap::new(),
+            parked: Vec::new(),
             scratch: vec![0u8; cfg.tx_buffer.max(4096)].into_boxed_slice(),
             next_sport: SPORT_LOW + (seed % (SPORT_HIGH - SPORT_LOW)),
             stats: TcpStats::default(),
@@ -220,20 +236,36 @@ impl TcpTransport {
         work
     }
 
-    /// The path an accepted connection serves: path 0 until the connection's paths are
-    /// negotiated, then the path its source port names, `sport % npaths` (SPORT_IDX: our
-    /// dialler binds such ports). Kernel 6.1 instead took the first free path, which can
-    /// pair two different paths' sequence spaces after a reconnect (the bug SPORT_IDX
-    /// fixed); a 6.1 dialler's random ports are mapped the same way here.
-    fn accept_index(engine: &RdsEngine, key: &ConnKey, sport: u16) -> u8 {
-        let n = engine
-            .conn_id(key)
-            .and_then(|c| engine.conn_npaths(c))
-            .unwrap_or(0);
+    /// The path an accepted connection serves. Single-path transports: 0. Multipath, with
+    /// [`TcpConfig::sport_idx`] (our diallers, newer kernels): the path its source port
+    /// names, `sport % 8`, whatever we have negotiated so far (the dialler may be ahead of
+    /// us). Without (kernel 6.1 diallers, random ports): path 0 until negotiated, then the
+    /// first path that is down, as 6.1's `rds_tcp_accept_one` does.
+    fn accept_index(&self, engine: &RdsEngine, key: &ConnKey, sport: u16) -> u8 {
+        let multipath = engine
+            .config()
+            .transports
+            .iter()
+            .any(|t| t.kind == TransportKind::Tcp && t.multipath);
+        if !multipath {
+            return 0;
+        }
+        if self.cfg.sport_idx {
+            return (sport % MPATH_WORKERS as u16) as u8;
+        }
+        let Some(c) = engine.conn_id(key) else {
+            return 0;
+        };
+        let n = engine.conn_npaths(c).unwrap_or(0);
         if n <= 1 {
             return 0;
         }
-        (sport % u16::from(n)) as u8
+        let down = |i: u8| {
+            engine
+                .path_state(PathId { conn: c, index: i })
+                .is_none_or(|s| s == ConnState::Down)
+        };
+        (0..n).find(|&i| down(i)).unwrap_or(0)
     }
 
     /// New connections on the listeners.
@@ -289,15 +321,49 @@ impl TcpTransport {
             transport: TransportKind::Tcp,
             tos: 0,
         };
-        req.path_index = Self::accept_index(engine, &key, peer.port());
+        req.path_index = self.accept_index(engine, &key, peer.port());
         let socket = Socket::from(stream);
         if socket.set_nonblocking(true).is_err() || self.tune(&socket).is_err() {
             self.stats.tcp_accept_refused += 1;
             return;
         }
-        // A connection replacing a live one of the same path: first take what the old one
-        // still holds (its peer's TCP acknowledged those bytes, so its RDS has released
-        // the messages; dropping them would lose them). Bounded by the engine's store.
+        let old = engine.conn_id(&key).map(|conn| PathId {
+            conn,
+            index: req.path_index,
+        });
+        if old.is_some_and(|p| self.conns.contains_key(&p)) {
+            // A connection replacing a live one of the same path (the peer lost the old
+            // one): the old one may still hold bytes the peer's TCP saw acknowledged, so
+            // its RDS has released those messages. Read the old one to its end first.
+            self.stats.tcp_accept_parked += 1;
+            self.parked.push(Parked {
+                socket,
+                laddr,
+                faddr,
+                index: req.path_index,
+                since: now,
+            });
+            return;
+        }
+        self.finish_accept(engine, now, socket, req);
+    }
+
+    /// Hands an accepted connection to the engine.
+    fn finish_accept(
+        &mut self,
+        engine: &mut RdsEngine,
+        now: Instant,
+        socket: Socket,
+        req: Incoming<'_>,
+    ) {
+        let key = ConnKey {
+            laddr: Addr::new(req.laddr),
+            faddr: Addr::new(req.faddr),
+            transport: TransportKind::Tcp,
+            tos: 0,
+        };
+        // Still a live one (it did not end within PARK_LIMIT): take what it holds now,
+        // as far as the store allows, before the engine resets the path.
         if let Some(c) = engine
             .conn_id(&key)
             .map(|conn| PathId {
@@ -319,6 +385,51 @@ impl TcpTransport {
                 let _ = socket.shutdown(std::net::Shutdown::Both);
             }
         }
+    }
+
+    /// Parked connections whose predecessor has ended (or that waited long enough).
+    fn poll_parked(&mut self, engine: &mut RdsEngine, now: Instant) -> usize {
+        let mut work = 0;
+        let mut i = 0;
+        while i < self.parked.len() {
+            let p = &self.parked[i];
+            let key = ConnKey {
+                laddr: Addr::new(p.laddr),
+                faddr: Addr::new(p.faddr),
+                transport: TransportKind::Tcp,
+                tos: 0,
+            };
+            // Wait while the old connection lives, and while the engine tears its path
+            // down (its Disconnect goes out after this poll): it would refuse the new one.
+            let live = engine.conn_id(&key).is_some_and(|conn| {
+                let id = PathId {
+                    conn,
+                    index: p.index,
+                };
+                self.conns.contains_key(&id)
+                    || !matches!(
+                        engine.path_state(id),
+                        None | Some(ConnState::Down | ConnState::Up | ConnState::Connecting)
+                    )
+            });
+            let waited = Duration::from_nanos(now.nanos_since(p.since));
+            if live && waited < PARK_LIMIT {
+                i += 1;
+                continue;
+            }
+            let p = self.parked.remove(i);
+            work += 1;
+            let req = Incoming {
+                transport: TransportKind::Tcp,
+                laddr: p.laddr,
+                faddr: p.faddr,
+                tos: 0,
+                path_index: p.index,
+                private: &[],
+            };
+            self.finish_accept(engine, now, p.socket, req);
+        }
+        work
     }
 
     /// Reads, writes and acks on every connection; a lost one is reported to the engine.
@@ -394,7 +505,11 @@ impl Transport for TcpTransport {
         if !self.dialing.is_empty() {
             work += self.poll_dials(engine, now);
         }
-        work + self.poll_conns(engine, now)
+        work += self.poll_conns(engine, now);
+        if !self.parked.is_empty() {
+            work += self.poll_parked(engine, now);
+        }
+        work
     }
 
     fn command(&mut self, engine: &mut RdsEngine, now: Instant, cmd: TransportCmd) {
