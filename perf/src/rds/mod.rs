@@ -98,6 +98,10 @@ pub struct RdsFabric {
     /// rds_tcp module holds it, so use another there and redirect).
     #[arg(long, value_name = "PORT", default_value_t = RDS_TCP_PORT)]
     pub tcp_port: u16,
+    /// RDS-TCP: the port to dial on the peer, if not --tcp-port (beside a kernel RDS:
+    /// listen on 26385 behind a redirect, dial the kernel's 16385).
+    #[arg(long, value_name = "PORT")]
+    pub tcp_peer_port: Option<u16>,
 }
 
 impl RdsFabric {
