@@ -33,7 +33,7 @@ done
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 perf="$here/target/release/dp-perf"
-kp="${KERNEL_PEERS:-/work/shared/tools/kernel-peers}"
+kp="${KERNEL_PEERS:-$here/scripts}"   # rds-netns.sh, copied from kernel-peers (the VM sees only this checkout)
 [ -x "$perf" ] || { echo "rds-kernel-lab: $perf missing: build it on the host first (cargo build --release -p perf --bin dp-perf)" >&2; exit 2; }
 [ -f "$kp/rds-netns.sh" ] || { echo "rds-kernel-lab: $kp/rds-netns.sh not found (set KERNEL_PEERS)" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "rds-kernel-lab: run it inside the lab VM (root)" >&2; exit 2; }

@@ -185,10 +185,12 @@ pub(crate) fn node(
     let mut engine = RdsEngine::new(cfg).map_err(|e| fail(e.to_string()))?;
     if tcp {
         let mut n = RdsNode::new(engine);
-        n.add_transport(Box::new(TcpTransport::new(TcpConfig::with_port(
-            fab.tcp_port,
-        ))))
-        .map_err(|e| fail(e.to_string()))?;
+        let tcfg = TcpConfig {
+            peer_port: fab.tcp_peer_port.unwrap_or(fab.tcp_port),
+            ..TcpConfig::with_port(fab.tcp_port)
+        };
+        n.add_transport(Box::new(TcpTransport::new(tcfg)))
+            .map_err(|e| fail(e.to_string()))?;
         n.add_local_addr(addr).map_err(|e| fail(e.to_string()))?;
         return Ok(n);
     }
