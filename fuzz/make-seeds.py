@@ -129,6 +129,15 @@ put("rds_header", "ib_ack_only", rds_header(0, 5, 0, 0, 0))
 put("rds_header", "ib_fragment", rds_header(7, 3, 10240, 4000, 4001, 0x02, 17))
 put("rds_header", "probe_ping", rds_header(1, 0, 0, 1, 0, 0, 0, b"\x05\x00\x08\x06\xde\xad\xbe\xef"))
 put("rds_header", "cong_map", rds_header(0, 0, 8192, 0, 0, 0x01))
+# RDS-TCP streams (first byte: the chunk size seed), as the kernel sends them: a probe ping
+# with NPATHS=8, the congestion map, two data messages (19 B and 0 B), then a huge h_len.
+def tcp_msg(seq, payload, sport=4000, dport=4001, flags=0, ext=b""):
+    return struct.pack(">QQIHHBB", seq, 0, len(payload), sport, dport, flags, 0) + bytes(6) + ext + bytes(16 - len(ext)) + payload
+
+
+put("rds_tcp_stream", "kernel_open", b"\x07" + tcp_msg(1, b"", 1, 0, 0, b"\x05\x00\x08") + tcp_msg(0, bytes(8192), 0, 0, 0x01) + tcp_msg(2, b"hello from the kernel") + tcp_msg(3, b""))
+put("rds_tcp_stream", "huge_len", b"\x01" + struct.pack(">QQIHH", 1, 0, 0xFFFFFFFF, 4000, 4001) + bytes(24))
+put("rds_tcp_stream", "retransmit", b"\x30" + tcp_msg(1, b"a" * 5000) + tcp_msg(1, b"a" * 5000, flags=0x08) + tcp_msg(2, b"b"))
 put("rds_exthdr", "npaths_gen_sport", b"\x05\x00\x08\x06\xde\xad\xbe\xef\x08\x00")
 put("rds_exthdr", "rdma_dest", b"\x02\x00\x00\x00\x01\x03\x00\x00\x00\x02\x00\x00\x00\x03")
 put("rds_cong", "one_port", bytes(500) + b"\x02" + bytes(7691))

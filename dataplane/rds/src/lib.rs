@@ -15,7 +15,8 @@
 //! | module | what |
 //! |---|---|
 //! | [`node`] | [`RdsNode`](node::RdsNode): an engine and its transports, one loop iteration per `poll`; [`BlockingNode`](node::BlockingNode) for threads |
-//! | [`fabric`] | [`FabricTransport`](fabric::FabricTransport): RDS-IB's protocol over a dp-fabric provider (RC queue pairs, CM private data, receive rings, credits) |
+//! | [`fabric`] | [`FabricTransport`](fabric::FabricTransport): RDS-IB's protocol over a dp-fabric provider (RC queue pairs, CM private data, receive rings, credits); no system calls on its data path |
+//! | [`tcp`] | [`TcpTransport`](tcp::TcpTransport): RDS over TCP, wire-compatible with Linux's `rds_tcp` (port 16385, the smaller address dials, acks from `SIOCOUTQ`); kernel sockets, so **its data path makes system calls** |
 //! | [`transport`] | the [`Transport`](transport::Transport) trait: how a node drives a transport (the fabric one; RDS-TCP plugs in beside it) |
 //! | [`engine`] | [`RdsEngine`]: the node: sockets, connections, congestion maps, routing |
 //! | [`path`] | [`Path`]: one connection path's state machine (states, sequence numbers, acks, credits, fragments, retransmission) |
@@ -151,8 +152,8 @@
 //! and a transport declares `rdma` in its [`TransportSpec`]; the fabric transport does not
 //! declare it yet (it still needs the memory registration and the READ/WRITE work
 //! requests), so RDMA control messages fail with `EOPNOTSUPP` as on RDS-TCP. The RDS-TCP
-//! driver (a [`transport::Transport`] of kind `Tcp`, with TCP's specifics: the larger side
-//! dropping its own established connection, `SPORT_IDX`, keepalive) is issue 14's.
+//! transport ([`tcp`]) is proven single-path; its multipath (mprds) over real sockets is
+//! not yet (see [`tcp`]).
 #![deny(unsafe_code)]
 
 pub mod addr;
@@ -166,6 +167,7 @@ pub mod rng;
 pub mod sim;
 pub mod stats;
 pub mod store;
+pub mod tcp;
 pub mod transport;
 pub mod uapi;
 pub mod wire;

@@ -51,4 +51,11 @@ pub trait Transport {
     /// Calls `f` with each of the transport's counters, name and value (for `rds-info`
     /// style listings next to the engine's [`Stats`](crate::Stats)).
     fn counters(&self, f: &mut dyn FnMut(&'static str, u64));
+
+    /// The transport as [`Any`](std::any::Any), so a caller that knows its type can reach
+    /// its own accessors (e.g. [`TcpTransport::connections`](crate::tcp::TcpTransport::connections)).
+    /// `None` by default.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
 }

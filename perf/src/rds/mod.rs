@@ -33,12 +33,16 @@ use dataplane::fabric::Provider;
 use dataplane::fabric::shm::{Shm, ShmConfig, ShmDevice};
 use dataplane::rds::fabric::{FabricConfig, FabricTransport};
 use dataplane::rds::node::RdsNode;
-use dataplane::rds::{RdsConfig, RdsEngine, TransportSpec};
+use dataplane::rds::path::PathConfig;
+use dataplane::rds::tcp::{RDS_TCP_PORT, TcpConfig, TcpTransport};
+use dataplane::rds::{RdsConfig, RdsEngine, TransportKind, TransportSpec};
 
 use crate::PerfError;
 use crate::harness::ProviderKind;
 use crate::harness::open_verbs;
 
+mod kernel;
+mod ksock;
 pub mod ping;
 pub mod stress;
 
@@ -46,6 +50,21 @@ pub mod stress;
 pub const PAIR_PASSIVE: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 80, 0, 2));
 /// The active side's address in `--pair` runs.
 pub const PAIR_ACTIVE: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 80, 0, 1));
+
+/// The passive side's address in `--pair --transport tcp` runs (a loopback address: TCP
+/// needs addresses this host owns).
+pub const PAIR_PASSIVE_TCP: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 80, 2));
+/// The active side's address in `--pair --transport tcp` runs.
+pub const PAIR_ACTIVE_TCP: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 80, 1));
+
+/// `SO_RDS_TRANSPORT` of the benchmark's sockets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RdsTransport {
+    /// The fabric transport (RDS-IB's protocol) on --provider: no system calls.
+    Ib,
+    /// RDS over kernel TCP sockets (Linux's rds_tcp wire format): system calls per poll.
+    Tcp,
+}
 
 /// Socket buffers of the benchmark sockets: room for 1 MiB messages several deep.
 const SOCK_BUF: u32 = 16 << 20;
@@ -71,13 +90,25 @@ pub struct RdsFabric {
     /// verbs device name, as `ibv_devices` lists it (default: the first).
     #[arg(long, value_name = "NAME")]
     pub device: Option<String>,
+    /// The RDS transport: ib (the fabric transport on --provider) or tcp (RDS-TCP over
+    /// kernel sockets, single path; --provider is then unused).
+    #[arg(long, value_enum, default_value_t = RdsTransport::Ib)]
+    pub transport: RdsTransport,
+    /// RDS-TCP: the port nodes listen on and dial (the kernel's 16385; a host with the
+    /// rds_tcp module holds it, so use another there and redirect).
+    #[arg(long, value_name = "PORT", default_value_t = RDS_TCP_PORT)]
+    pub tcp_port: u16,
+    /// RDS-TCP: the port to dial on the peer, if not --tcp-port (beside a kernel RDS:
+    /// listen on 26385 behind a redirect, dial the kernel's 16385).
+    #[arg(long, value_name = "PORT")]
+    pub tcp_peer_port: Option<u16>,
 }
 
 impl RdsFabric {
     /// Refuses `--pair` on a provider where two nodes in one process cannot have two
     /// addresses.
     pub(crate) fn check(&self, pair: bool) -> Result<(), PerfError> {
-        if pair && self.provider == ProviderKind::Verbs {
+        if pair && self.provider == ProviderKind::Verbs && self.transport == RdsTransport::Ib {
             return Err(PerfError::Usage(
                 "--pair runs both RDS nodes over shm; with --provider verbs run the two sides \
                  as two processes (-r ADDR, and -s PEER on the other) on the device's addresses"
@@ -85,6 +116,44 @@ impl RdsFabric {
             ));
         }
         Ok(())
+    }
+
+    /// The (active, passive) addresses of a `--pair` run.
+    pub(crate) fn pair_addrs(&self) -> (IpAddr, IpAddr) {
+        match self.transport {
+            RdsTransport::Ib => (PAIR_ACTIVE, PAIR_PASSIVE),
+            RdsTransport::Tcp => (PAIR_ACTIVE_TCP, PAIR_PASSIVE_TCP),
+        }
+    }
+
+    /// Gives a new socket the run's transport (before bind: a loopback address would
+    /// otherwise take the loopback transport).
+    pub(crate) fn set_transport(
+        &self,
+        n: &mut RdsNode,
+        now: lcore::time::Instant,
+        s: dataplane::rds::RdsSocket,
+    ) -> Result<(), PerfError> {
+        let kind = match self.transport {
+            RdsTransport::Ib => TransportKind::Ib,
+            RdsTransport::Tcp => TransportKind::Tcp,
+        };
+        n.engine_mut()
+            .set_transport(now, s, kind.value())
+            .map_err(|e| PerfError::Fabric(format!("SO_RDS_TRANSPORT: {e}")))
+    }
+}
+
+/// The RDS-TCP spec of the benchmark: single path (multipath over sockets is not proven
+/// yet), 64 frames handed to the transport per batch.
+fn tcp_spec() -> TransportSpec {
+    TransportSpec {
+        multipath: false,
+        path: PathConfig {
+            send_depth: 64,
+            ..PathConfig::stream()
+        },
+        ..TransportSpec::tcp()
     }
 }
 
@@ -100,9 +169,10 @@ pub(crate) fn node(
     max_sockets: u32,
 ) -> Result<RdsNode, PerfError> {
     let fail = |e: String| PerfError::Fabric(e);
+    let tcp = fab.transport == RdsTransport::Tcp;
     let mut cfg = RdsConfig {
         name: format!("dp-perf-rds-{addr}"),
-        transports: vec![TransportSpec::ib()],
+        transports: vec![if tcp { tcp_spec() } else { TransportSpec::ib() }],
         seed,
         max_sockets: max_sockets.max(16),
         msgs: (frags * 2).max(1024),
@@ -113,6 +183,17 @@ pub(crate) fn node(
     cfg.frags.count = frags;
     cfg.frags.rx_reserve = (frags / 8).max(64);
     let mut engine = RdsEngine::new(cfg).map_err(|e| fail(e.to_string()))?;
+    if tcp {
+        let mut n = RdsNode::new(engine);
+        let tcfg = TcpConfig {
+            peer_port: fab.tcp_peer_port.unwrap_or(fab.tcp_port),
+            ..TcpConfig::with_port(fab.tcp_port)
+        };
+        n.add_transport(Box::new(TcpTransport::new(tcfg)))
+            .map_err(|e| fail(e.to_string()))?;
+        n.add_local_addr(addr).map_err(|e| fail(e.to_string()))?;
+        return Ok(n);
+    }
     engine.add_local_addr(addr);
     match fab.provider {
         ProviderKind::Shm => {
@@ -163,8 +244,10 @@ pub(crate) fn set_buffers(
 /// Every counter of a node: the engine's (`rds-info -c` names), then its transports'.
 pub(crate) fn all_counters(n: &mut RdsNode) -> Vec<(&'static str, u64)> {
     let mut v: Vec<(&'static str, u64)> = n.engine().stats().iter().collect();
-    if let Some(t) = n.transport_mut(dataplane::rds::TransportKind::Ib) {
-        t.counters(&mut |k, x| v.push((k, x)));
+    for kind in [TransportKind::Ib, TransportKind::Tcp] {
+        if let Some(t) = n.transport_mut(kind) {
+            t.counters(&mut |k, x| v.push((k, x)));
+        }
     }
     v
 }

@@ -19,7 +19,7 @@ use hdrhistogram::Histogram;
 use lcore::time::{Clock, RealClock};
 use serde_json::json;
 
-use super::{PAIR_ACTIVE, PAIR_PASSIVE, RdsFabric, node, rendezvous};
+use super::{RdsFabric, node, rendezvous};
 use crate::common::Common;
 use crate::harness::{run_on, run_pair};
 use crate::{PerfError, Report};
@@ -126,15 +126,16 @@ impl PingArgs {
             if let Some(d) = d {
                 let _ = std::fs::create_dir_all(d);
             }
+            let (pa, pp) = self.fabric.pair_addrs();
             let (a, b) = run_pair(
                 [ca, cb],
                 || {
-                    let r = self.ping(d, PAIR_ACTIVE, PAIR_PASSIVE, count, interval);
+                    let r = self.ping(d, pa, pp, count, interval);
                     // Relaxed: the answering side only needs to see it eventually.
                     stop.store(true, Ordering::Relaxed);
                     r
                 },
-                || answer(&self.fabric, d, PAIR_PASSIVE, &stop, None),
+                || answer(&self.fabric, d, pp, &stop, None),
             )?;
             if let Some(d) = d {
                 let _ = std::fs::remove_dir_all(d);
@@ -179,8 +180,9 @@ impl PingArgs {
         let fail = |w: &str, e: RdsError| PerfError::Fabric(format!("rds-ping {w}: {e}"));
         let mut socks: Vec<RdsSocket> = Vec::with_capacity(SOCKETS);
         for _ in 0..SOCKETS {
+            let s = n.engine_mut().socket().map_err(|e| fail("socket", e))?;
+            self.fabric.set_transport(&mut n, clock.now(), s)?;
             let e = n.engine_mut();
-            let s = e.socket().map_err(|e| fail("socket", e))?;
             e.bind(s, SocketAddr::new(local, 0))
                 .map_err(|e| fail("bind", e))?;
             socks.push(s);

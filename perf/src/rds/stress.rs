@@ -26,7 +26,10 @@ use hdrhistogram::Histogram;
 use lcore::time::{Clock, Instant, RealClock};
 use serde_json::json;
 
-use super::{PAIR_ACTIVE, PAIR_PASSIVE, RdsFabric, all_counters, node, rendezvous, set_buffers};
+use super::kernel::{self, KernelLoad, Phase};
+use super::{
+    PAIR_ACTIVE_TCP, PAIR_PASSIVE_TCP, RdsFabric, all_counters, node, rendezvous, set_buffers,
+};
 use crate::common::Common;
 use crate::harness::{run_on, run_pair};
 use crate::{PerfError, Report};
@@ -77,6 +80,12 @@ pub struct StressArgs {
     /// shm rendezvous directory (both processes of a two-process run must give the same).
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
+    /// Run the same load on the kernel's own RDS sockets (AF_RDS, SO_RDS_TRANSPORT tcp)
+    /// instead of this RDS: the reference for ratios. Needs a kernel with rds_tcp; --pair
+    /// then measures the kernel's loopback transport (one namespace), two processes in two
+    /// namespaces measure its RDS-TCP.
+    #[arg(long)]
+    pub kernel: bool,
     /// The provider.
     #[command(flatten)]
     pub fabric: RdsFabric,
@@ -207,6 +216,9 @@ impl StressArgs {
     pub fn run(&self, common: &Common) -> Result<StressReport, PerfError> {
         let sockets = self.check()?;
         let secs = if common.quick { 1 } else { self.seconds };
+        if self.kernel {
+            return self.run_kernel(common, sockets, secs);
+        }
         let dir = rendezvous(self.dir.as_ref(), self.pair, "rds-stress");
         let shared = Shared {
             phase: AtomicU8::new(WARM),
@@ -218,10 +230,11 @@ impl StressArgs {
             if let Some(d) = d {
                 let _ = std::fs::create_dir_all(d);
             }
+            let (pa, pp) = self.fabric.pair_addrs();
             let (a, b) = run_pair(
                 [ca, cb],
-                || self.active(d, PAIR_ACTIVE, PAIR_PASSIVE, sockets, secs, &shared),
-                || self.passive(d, PAIR_PASSIVE, sockets, &shared, None),
+                || self.active(d, pa, pp, sockets, secs, &shared),
+                || self.passive(d, pp, sockets, &shared, None),
             )?;
             if let Some(d) = d {
                 let _ = std::fs::remove_dir_all(d);
@@ -263,6 +276,71 @@ impl StressArgs {
         }
     }
 
+    /// `--kernel`: the load on the kernel's AF_RDS sockets.
+    fn run_kernel(
+        &self,
+        common: &Common,
+        sockets: u32,
+        secs: u64,
+    ) -> Result<StressReport, PerfError> {
+        let load = KernelLoad {
+            port: self.port,
+            req: self.req,
+            ack: self.ack.max(1),
+            inflight: u64::from(self.tasks * self.depth),
+            sockets,
+            one_way: self.one_way,
+            warmup: WARMUP,
+        };
+        let phase = Phase(AtomicU8::new(WARM));
+        let [ca, cb] = common.cpus.as_array();
+        let report = |rate: f64, waits: u64, served: Option<u64>| StressReport {
+            msgs_per_sec: rate,
+            gbps: rate * self.req as f64 * 8.0 / 1e9,
+            tasks: self.tasks,
+            req_size: self.req,
+            sockets,
+            depth: self.depth,
+            one_way: self.one_way,
+            rows: Vec::new(),
+            rtt: None,
+            served,
+            waits: [waits, 0, 0],
+            counters: Vec::new(),
+            iterations: [0; 2],
+        };
+        if self.pair {
+            let (a, b) = run_pair(
+                [ca, cb],
+                || kernel::active(&load, PAIR_ACTIVE_TCP, PAIR_PASSIVE_TCP, secs, &phase),
+                || {
+                    kernel::passive(
+                        &load,
+                        PAIR_PASSIVE_TCP,
+                        &phase,
+                        Some(Duration::from_secs(secs + 30)),
+                    )
+                },
+            )?;
+            b?;
+            let (rate, waits) = a?;
+            return Ok(report(rate, waits, None));
+        }
+        let local = self.local.expect("checked");
+        match self.peer {
+            Some(peer) => {
+                let (rate, waits) =
+                    run_on(ca, || kernel::active(&load, local, peer, secs, &phase))??;
+                Ok(report(rate, waits, None))
+            }
+            None => {
+                let limit = Some(Duration::from_secs(secs + 30));
+                let served = run_on(ca, || kernel::passive(&load, local, &phase, limit))??;
+                Ok(report(0.0, 0, Some(served)))
+            }
+        }
+    }
+
     fn bind_all(
         &self,
         n: &mut RdsNode,
@@ -278,6 +356,8 @@ impl StressArgs {
                 .socket()
                 .map_err(|e| PerfError::Fabric(format!("RDS socket: {e}")))?;
             let port = self.port + 1 + k as u16;
+            self.fabric.set_transport(n, now, s)?;
+            let e = n.engine_mut();
             e.bind(s, SocketAddr::new(addr, port))
                 .map_err(|e| PerfError::Fabric(format!("bind {addr}:{port}: {e}")))?;
             // rds-stress's sizing: tasks x depth x (request + ack) x 2 for both buffers

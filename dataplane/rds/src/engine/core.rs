@@ -270,6 +270,12 @@ impl RdsEngine {
         self.conn_by_key.get(key).copied()
     }
 
+    /// The negotiated path count of connection `conn` (0 until a multipath connection's
+    /// probe is answered), or `None` if there is no such connection.
+    pub fn conn_npaths(&self, conn: u32) -> Option<u8> {
+        self.conns.get(conn as usize).map(|c| c.npaths)
+    }
+
     /// Every connection's key and negotiated path count.
     pub fn connections(&self) -> impl Iterator<Item = (u32, ConnKey, u8)> + '_ {
         self.conns
@@ -562,6 +568,32 @@ impl RdsEngine {
         } else {
             Accept::No(Reject::Busy)
         }
+    }
+
+    /// A peer with the numerically larger address dialled us on a transport where only the
+    /// smaller address dials (RDS-TCP, [`ConnectRule::LowerAddress`](crate::path::ConnectRule)):
+    /// the transport refuses that connection (closes it), and this dials path 0 back from
+    /// our side if it is down (`rds_tcp_accept_one` resetting a socket from the larger
+    /// address, which then finds our connection). Returns false if the address is not
+    /// ours, the transport is not registered or the connection table is full.
+    pub fn handle_knock(&mut self, now: Instant, req: Incoming<'_>) -> bool {
+        let (laddr, faddr) = (Addr::new(req.laddr), Addr::new(req.faddr));
+        if !self.local.contains_key(&laddr) || self.spec(req.transport).is_none() {
+            return false;
+        }
+        let key = ConnKey {
+            laddr,
+            faddr,
+            transport: req.transport,
+            tos: req.tos,
+        };
+        let Some(c) = self.conn_for(key) else {
+            return false;
+        };
+        let id = PathId { conn: c, index: 0 };
+        self.with_path(id, |p, _| p.connect_if_down(now));
+        self.after_path(now, id);
+        true
     }
 
     /// The connection of `path` is established. `reply` is the connect reply's private data

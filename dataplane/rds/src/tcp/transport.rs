@@ -1,0 +1,561 @@
+//! [`TcpTransport`]: RDS over TCP, a [`Transport`] of kind [`TransportKind::Tcp`].
+
+use std::collections::HashMap;
+use std::io::{self, ErrorKind};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::time::Duration;
+
+use lcore::time::Instant;
+use socket2::{Domain, Protocol, SockAddr, Socket, TcpKeepalive, Type};
+
+use super::config::{TcpConfig, TcpStats};
+use super::conn::TcpConn;
+use crate::addr::Addr;
+use crate::engine::{Accept, ConnKey, Incoming, RdsEngine, TransportCmd, TransportKind};
+use crate::path::{ConnState, PathId, TxFrame};
+use crate::transport::Transport;
+use crate::wire::MPATH_WORKERS;
+
+/// First and last port of the range SPORT_IDX source ports are taken from (Linux's default
+/// `ip_local_port_range`).
+const SPORT_LOW: u16 = 32768;
+const SPORT_HIGH: u16 = 60999;
+
+/// How long an accepted connection waits for the live connection it replaces to end.
+const PARK_LIMIT: Duration = Duration::from_secs(1);
+
+/// An accepted connection waiting for its path's old connection to be read to its end.
+#[derive(Debug)]
+struct Parked {
+    socket: Socket,
+    laddr: IpAddr,
+    faddr: IpAddr,
+    index: u8,
+    since: Instant,
+}
+
+/// A dial in progress.
+#[derive(Debug)]
+struct Dialing {
+    socket: Socket,
+    laddr: IpAddr,
+    faddr: IpAddr,
+    deadline: Instant,
+}
+
+/// RDS over TCP with Linux's framing, connect rule and keepalive: one non-blocking kernel
+/// TCP socket per path. See the [module documentation](super).
+#[derive(Debug)]
+pub struct TcpTransport {
+    cfg: TcpConfig,
+    listeners: Vec<(IpAddr, TcpListener)>,
+    dialing: HashMap<PathId, Dialing>,
+    conns: HashMap<PathId, TcpConn>,
+    parked: Vec<Parked>,
+    scratch: Box<[u8]>,
+    next_sport: u16,
+    stats: TcpStats,
+}
+
+impl TcpTransport {
+    /// A transport with no listener yet: [`RdsNode::add_local_addr`](crate::node::RdsNode::add_local_addr)
+    /// (or [`Transport::add_local_addr`]) makes one per local address.
+    pub fn new(cfg: TcpConfig) -> Self {
+        let seed = std::process::id() as u16;
+        Self {
+            cfg,
+            listeners: Vec::new(),
+            dialing: HashMap::new(),
+            conns: HashMap::new(),
+            parked: Vec::new(),
+            scratch: vec![0u8; cfg.tx_buffer.max(4096)].into_boxed_slice(),
+            next_sport: SPORT_LOW + (seed % (SPORT_HIGH - SPORT_LOW)),
+            stats: TcpStats::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &TcpConfig {
+        &self.cfg
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &TcpStats {
+        &self.stats
+    }
+
+    /// Paths with a live connection.
+    pub fn live_paths(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Every live connection: its path, our socket address and the peer's.
+    pub fn connections(&self) -> impl Iterator<Item = (PathId, SocketAddr, SocketAddr)> + '_ {
+        self.conns.values().filter_map(|c| {
+            let l = c.stream.local_addr().ok()?;
+            let p = c.stream.peer_addr().ok()?;
+            Some((c.path, l, p))
+        })
+    }
+
+    /// The address a listener is bound to (its port, when the configuration said 0).
+    pub fn listen_addr(&self, ip: IpAddr) -> Option<SocketAddr> {
+        self.listeners
+            .iter()
+            .find(|(a, _)| *a == ip)
+            .and_then(|(_, l)| l.local_addr().ok())
+    }
+
+    /// Options of every RDS-TCP socket: `TCP_NODELAY` and the kernel's keepalive.
+    fn tune(&self, s: &Socket) -> io::Result<()> {
+        s.set_tcp_nodelay(true)?;
+        let ka = TcpKeepalive::new()
+            .with_time(self.cfg.keepalive_idle)
+            .with_interval(self.cfg.keepalive_interval)
+            .with_retries(self.cfg.keepalive_count);
+        s.set_tcp_keepalive(&ka)
+    }
+
+    /// A socket bound to `laddr` for the dial of path `index`: with SPORT_IDX, a port
+    /// `p` with `p % 8 == index` (tried a few times, then any port).
+    fn dial_socket(&mut self, laddr: IpAddr, index: u8) -> io::Result<Socket> {
+        let s = Socket::new(
+            Domain::for_address(SocketAddr::new(laddr, 0)),
+            Type::STREAM.nonblocking(),
+            Some(Protocol::TCP),
+        )?;
+        s.set_reuse_address(true)?;
+        self.tune(&s)?;
+        if self.cfg.sport_idx {
+            for _ in 0..16 {
+                let base = self.next_sport & !(MPATH_WORKERS as u16 - 1);
+                self.next_sport = self.next_sport.wrapping_add(MPATH_WORKERS as u16);
+                if self.next_sport > SPORT_HIGH || self.next_sport < SPORT_LOW {
+                    self.next_sport = SPORT_LOW;
+                }
+                let port = base + u16::from(index);
+                if s.bind(&SockAddr::from(SocketAddr::new(laddr, port)))
+                    .is_ok()
+                {
+                    return Ok(s);
+                }
+            }
+        }
+        s.bind(&SockAddr::from(SocketAddr::new(laddr, 0)))?;
+        Ok(s)
+    }
+
+    fn connect(&mut self, engine: &mut RdsEngine, now: Instant, cmd: TransportCmd) {
+        let TransportCmd::Connect {
+            path, laddr, faddr, ..
+        } = cmd
+        else {
+            return;
+        };
+        self.close(path);
+        self.stats.tcp_connect += 1;
+        let started = self.dial_socket(laddr, path.index).and_then(|s| {
+            match s.connect(&SockAddr::from(SocketAddr::new(faddr, self.cfg.peer_port))) {
+                Ok(()) => Ok(s),
+                Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Ok(s),
+                Err(e) => Err(e),
+            }
+        });
+        match started {
+            Ok(socket) => {
+                let deadline = now.saturating_add(self.cfg.connect_timeout);
+                self.dialing.insert(
+                    path,
+                    Dialing {
+                        socket,
+                        laddr,
+                        faddr,
+                        deadline,
+                    },
+                );
+            }
+            Err(_) => {
+                self.stats.tcp_connect_failed += 1;
+                engine.handle_connect_failed(now, path);
+            }
+        }
+    }
+
+    /// Drops whatever this transport holds for `path` (socket closed, nothing reported).
+    fn close(&mut self, path: PathId) {
+        self.dialing.remove(&path);
+        if let Some(c) = self.conns.remove(&path) {
+            c.kill();
+        }
+    }
+
+    /// A connection of `path` is up over `socket`.
+    fn establish(&mut self, engine: &mut RdsEngine, now: Instant, path: PathId, socket: Socket) {
+        let depth = engine
+            .path(path)
+            .map_or(1, |p| p.config().send_depth as usize);
+        let stream = TcpStream::from(socket);
+        if let Some(old) = self
+            .conns
+            .insert(path, TcpConn::new(stream, path, self.cfg.rx_buffer, depth))
+        {
+            old.kill();
+        }
+        engine.handle_connected(now, path, &[]);
+    }
+
+    /// Completed, failed or timed-out dials.
+    fn poll_dials(&mut self, engine: &mut RdsEngine, now: Instant) -> usize {
+        let mut done: Vec<(PathId, bool)> = Vec::new();
+        for (&path, d) in &self.dialing {
+            match d.socket.take_error() {
+                Ok(Some(_)) | Err(_) => done.push((path, false)),
+                Ok(None) if d.socket.peer_addr().is_ok() => done.push((path, true)),
+                Ok(None) if now >= d.deadline => done.push((path, false)),
+                Ok(None) => {}
+            }
+        }
+        let work = done.len();
+        for (path, ok) in done {
+            let Some(d) = self.dialing.remove(&path) else {
+                continue;
+            };
+            if !ok {
+                self.stats.tcp_connect_failed += 1;
+                engine.handle_connect_failed(now, path);
+            } else if Addr::new(d.laddr) >= Addr::new(d.faddr) {
+                // rds_tcp_state_change: the larger address drops its own established
+                // connection so that the smaller one dials (it has seen ours and does).
+                self.stats.tcp_connect_dropped_larger += 1;
+                let _ = d.socket.shutdown(std::net::Shutdown::Both);
+                engine.handle_connect_failed(now, path);
+            } else {
+                self.establish(engine, now, path, d.socket);
+            }
+        }
+        work
+    }
+
+    /// The path an accepted connection serves. Single-path transports: 0. Multipath, with
+    /// [`TcpConfig::sport_idx`] (our diallers, newer kernels): the path its source port
+    /// names, `sport % 8`, whatever we have negotiated so far (the dialler may be ahead of
+    /// us). Without (kernel 6.1 diallers, random ports): path 0 until negotiated, then the
+    /// first path that is down, as 6.1's `rds_tcp_accept_one` does.
+    fn accept_index(&self, engine: &RdsEngine, key: &ConnKey, sport: u16) -> u8 {
+        let multipath = engine
+            .config()
+            .transports
+            .iter()
+            .any(|t| t.kind == TransportKind::Tcp && t.multipath);
+        if !multipath {
+            return 0;
+        }
+        if self.cfg.sport_idx {
+            return (sport % MPATH_WORKERS as u16) as u8;
+        }
+        let Some(c) = engine.conn_id(key) else {
+            return 0;
+        };
+        let n = engine.conn_npaths(c).unwrap_or(0);
+        if n <= 1 {
+            return 0;
+        }
+        let down = |i: u8| {
+            engine
+                .path_state(PathId { conn: c, index: i })
+                .is_none_or(|s| s == ConnState::Down)
+        };
+        (0..n).find(|&i| down(i)).unwrap_or(0)
+    }
+
+    /// New connections on the listeners.
+    fn poll_accepts(&mut self, engine: &mut RdsEngine, now: Instant) -> usize {
+        let mut work = 0;
+        for li in 0..self.listeners.len() {
+            loop {
+                let (stream, peer) = match self.listeners[li].1.accept() {
+                    Ok(x) => x,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    Err(_) => break,
+                };
+                work += 1;
+                let laddr = match stream.local_addr() {
+                    Ok(a) => a.ip(),
+                    Err(_) => continue,
+                };
+                self.accept_one(engine, now, stream, laddr, peer);
+            }
+        }
+        work
+    }
+
+    fn accept_one(
+        &mut self,
+        engine: &mut RdsEngine,
+        now: Instant,
+        stream: TcpStream,
+        laddr: IpAddr,
+        peer: SocketAddr,
+    ) {
+        let faddr = canonical(peer.ip());
+        let laddr = canonical(laddr);
+        let mut req = Incoming {
+            transport: TransportKind::Tcp,
+            laddr,
+            faddr,
+            tos: 0,
+            path_index: 0,
+            private: &[],
+        };
+        if Addr::new(faddr) > Addr::new(laddr) {
+            // Only the smaller address dials: close it and dial back.
+            self.stats.tcp_accept_from_larger += 1;
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            engine.handle_knock(now, req);
+            return;
+        }
+        let key = ConnKey {
+            laddr: Addr::new(laddr),
+            faddr: Addr::new(faddr),
+            transport: TransportKind::Tcp,
+            tos: 0,
+        };
+        req.path_index = self.accept_index(engine, &key, peer.port());
+        let socket = Socket::from(stream);
+        if socket.set_nonblocking(true).is_err() || self.tune(&socket).is_err() {
+            self.stats.tcp_accept_refused += 1;
+            return;
+        }
+        let old = engine.conn_id(&key).map(|conn| PathId {
+            conn,
+            index: req.path_index,
+        });
+        if old.is_some_and(|p| self.conns.contains_key(&p)) {
+            // A connection replacing a live one of the same path (the peer lost the old
+            // one): the old one may still hold bytes the peer's TCP saw acknowledged, so
+            // its RDS has released those messages. Read the old one to its end first.
+            self.stats.tcp_accept_parked += 1;
+            self.parked.push(Parked {
+                socket,
+                laddr,
+                faddr,
+                index: req.path_index,
+                since: now,
+            });
+            return;
+        }
+        self.finish_accept(engine, now, socket, req);
+    }
+
+    /// Hands an accepted connection to the engine.
+    fn finish_accept(
+        &mut self,
+        engine: &mut RdsEngine,
+        now: Instant,
+        socket: Socket,
+        req: Incoming<'_>,
+    ) {
+        let key = ConnKey {
+            laddr: Addr::new(req.laddr),
+            faddr: Addr::new(req.faddr),
+            transport: TransportKind::Tcp,
+            tos: 0,
+        };
+        // Still a live one (it did not end within PARK_LIMIT): take what it holds now,
+        // as far as the store allows, before the engine resets the path.
+        if let Some(c) = engine
+            .conn_id(&key)
+            .map(|conn| PathId {
+                conn,
+                index: req.path_index,
+            })
+            .and_then(|p| self.conns.get_mut(&p))
+        {
+            let _ = c.receive(engine, now, &mut self.stats);
+        }
+        match engine.handle_incoming(now, req) {
+            Accept::Yes { path, .. } => {
+                self.stats.tcp_accepted += 1;
+                self.dialing.remove(&path);
+                self.establish(engine, now, path, socket);
+            }
+            Accept::No(_) => {
+                self.stats.tcp_accept_refused += 1;
+                let _ = socket.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+
+    /// Parked connections whose predecessor has ended (or that waited long enough).
+    fn poll_parked(&mut self, engine: &mut RdsEngine, now: Instant) -> usize {
+        let mut work = 0;
+        let mut i = 0;
+        while i < self.parked.len() {
+            let p = &self.parked[i];
+            let key = ConnKey {
+                laddr: Addr::new(p.laddr),
+                faddr: Addr::new(p.faddr),
+                transport: TransportKind::Tcp,
+                tos: 0,
+            };
+            // Wait while the old connection lives, and while the engine tears its path
+            // down (its Disconnect goes out after this poll): it would refuse the new one.
+            let live = engine.conn_id(&key).is_some_and(|conn| {
+                let id = PathId {
+                    conn,
+                    index: p.index,
+                };
+                self.conns.contains_key(&id)
+                    || !matches!(
+                        engine.path_state(id),
+                        None | Some(ConnState::Down | ConnState::Up | ConnState::Connecting)
+                    )
+            });
+            let waited = Duration::from_nanos(now.nanos_since(p.since));
+            if live && waited < PARK_LIMIT {
+                i += 1;
+                continue;
+            }
+            let p = self.parked.remove(i);
+            work += 1;
+            let req = Incoming {
+                transport: TransportKind::Tcp,
+                laddr: p.laddr,
+                faddr: p.faddr,
+                tos: 0,
+                path_index: p.index,
+                private: &[],
+            };
+            self.finish_accept(engine, now, p.socket, req);
+        }
+        work
+    }
+
+    /// Reads, writes and acks on every connection; a lost one is reported to the engine.
+    fn poll_conns(&mut self, engine: &mut RdsEngine, now: Instant) -> usize {
+        let mut work = 0;
+        let mut lost: Option<PathId> = None;
+        for c in self.conns.values_mut() {
+            let r = c
+                .receive(engine, now, &mut self.stats)
+                .and_then(|w| Ok(w + c.send(engine, now, &mut self.scratch, &mut self.stats)?))
+                .and_then(|w| Ok(w + c.update_acked(engine, now, &mut self.stats)?));
+            match r {
+                Ok(w) => work += w,
+                Err(_) => {
+                    lost = Some(c.path);
+                    break;
+                }
+            }
+        }
+        if let Some(path) = lost {
+            // One per poll: the map cannot change under the loop; the rest go next time.
+            self.stats.tcp_conn_lost += 1;
+            self.close(path);
+            engine.handle_transport_error(now, path);
+            work += 1;
+        }
+        work
+    }
+}
+
+/// An IPv4-mapped IPv6 address as IPv4 (a dual-stack socket reports them so).
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+impl Transport for TcpTransport {
+    fn kind(&self) -> TransportKind {
+        TransportKind::Tcp
+    }
+
+    fn add_local_addr(&mut self, ip: IpAddr) -> io::Result<()> {
+        if self.listeners.iter().any(|(a, _)| *a == ip) {
+            return Ok(());
+        }
+        let at = SocketAddr::new(ip, self.cfg.listen_port);
+        let s = Socket::new(Domain::for_address(at), Type::STREAM, Some(Protocol::TCP))?;
+        s.set_reuse_address(true)?;
+        s.bind(&SockAddr::from(at)).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "RDS-TCP: cannot listen on {at}: {e} (the kernel's rds_tcp holds port {} \
+                     in every namespace where it is loaded; choose another TcpConfig::listen_port \
+                     and redirect the peer's traffic to it)",
+                    self.cfg.listen_port
+                ),
+            )
+        })?;
+        s.listen(self.cfg.backlog)?;
+        s.set_nonblocking(true)?;
+        self.listeners.push((ip, TcpListener::from(s)));
+        Ok(())
+    }
+
+    fn poll(&mut self, engine: &mut RdsEngine, now: Instant) -> usize {
+        let mut work = 0;
+        if !self.listeners.is_empty() {
+            work += self.poll_accepts(engine, now);
+        }
+        if !self.dialing.is_empty() {
+            work += self.poll_dials(engine, now);
+        }
+        work += self.poll_conns(engine, now);
+        if !self.parked.is_empty() {
+            work += self.poll_parked(engine, now);
+        }
+        work
+    }
+
+    fn command(&mut self, engine: &mut RdsEngine, now: Instant, cmd: TransportCmd) {
+        match cmd {
+            TransportCmd::Connect { .. } => self.connect(engine, now, cmd),
+            TransportCmd::Disconnect { path } => {
+                self.close(path);
+                engine.handle_transport_down(now, path);
+            }
+        }
+    }
+
+    fn transmit(&mut self, engine: &mut RdsEngine, now: Instant, path: PathId, frame: TxFrame) {
+        let Some(c) = self.conns.get_mut(&path) else {
+            self.stats.tcp_tx_no_conn += 1;
+            return;
+        };
+        c.push(frame);
+        // The path hands over at most its send depth before completions: write then, so
+        // small messages leave in batches; a shorter batch leaves on the next poll.
+        let depth = engine
+            .path(path)
+            .map_or(1, |p| p.config().send_depth as usize);
+        if c.queued() >= depth
+            && c.send(engine, now, &mut self.scratch, &mut self.stats)
+                .is_err()
+        {
+            self.stats.tcp_conn_lost += 1;
+            self.close(path);
+            engine.handle_transport_error(now, path);
+        }
+    }
+
+    fn reset_all(&mut self) -> usize {
+        for c in self.conns.values() {
+            c.kill();
+        }
+        self.conns.len()
+    }
+
+    fn counters(&self, f: &mut dyn FnMut(&'static str, u64)) {
+        self.stats.each(f);
+        f("tcp_live_conns", self.conns.len() as u64);
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+}

@@ -1,0 +1,391 @@
+//! RDS over TCP between two user-space nodes over loopback (this host's kernel has no
+//! RDS): sizes 0 B..1 MiB, the connect rule, a connection killed under traffic, a stalled
+//! receiver, and hostile byte streams. Every node listens on its own 127.0.x.y address,
+//! on a port derived from the process id (tests of other checkouts may run at once).
+//!
+//! The nodes run single-path (multipath over real sockets is not proven yet; see
+//! `dp_rds::tcp`). `RDS_TCP_MP=1` runs the same tests with 8 paths: about one run in ten
+//! still fails (ordering at the fan-out from path 0, see the crate's "not done").
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant as StdInstant};
+
+use common::{engine_cfg, payload};
+use dp_rds::node::{BlockingNode, RdsNode};
+use dp_rds::tcp::{TcpConfig, TcpTransport};
+use dp_rds::uapi::RDS_TRANS_TCP;
+use dp_rds::{RdsEngine, RdsError, RdsSocket, Received, SendFlags, TransportKind, TransportSpec};
+use lcore::PollMode;
+
+const T: Option<Duration> = Some(Duration::from_secs(20));
+
+fn port() -> u16 {
+    20000 + (std::process::id() % 10000) as u16
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn node(name: &str, seed: u64, addr: &str) -> BlockingNode {
+    let spec = TransportSpec {
+        multipath: std::env::var("RDS_TCP_MP").is_ok(),
+        ..TransportSpec::tcp()
+    };
+    let engine = RdsEngine::new(engine_cfg(name, seed, spec)).unwrap();
+    let mut n = RdsNode::new(engine);
+    n.add_transport(Box::new(TcpTransport::new(TcpConfig::with_port(port()))))
+        .unwrap();
+    n.add_local_addr(ip(addr)).unwrap();
+    BlockingNode::spawn(n, PollMode::hybrid_default(), name).unwrap()
+}
+
+fn sock(n: &BlockingNode, addr: &str, rds_port: u16, rcvbuf: u32) -> RdsSocket {
+    n.with(|n, now| {
+        let e = n.engine_mut();
+        let s = e.socket().unwrap();
+        e.set_transport(now, s, RDS_TRANS_TCP).unwrap();
+        e.bind(s, SocketAddr::new(ip(addr), rds_port)).unwrap();
+        e.set_sndbuf(now, s, 4 << 20).unwrap();
+        e.set_rcvbuf(now, s, rcvbuf).unwrap();
+        s
+    })
+}
+
+fn stat(n: &BlockingNode, name: &str) -> u64 {
+    n.with(|n, _| n.engine().stats().get(name).unwrap())
+}
+
+fn tcp_counter(n: &BlockingNode, name: &str) -> u64 {
+    n.with(|n, _| {
+        let mut v = None;
+        n.transport_mut(TransportKind::Tcp)
+            .unwrap()
+            .counters(&mut |k, x| {
+                if k == name {
+                    v = Some(x);
+                }
+            });
+        v.unwrap()
+    })
+}
+
+/// (our address, peer address) of every live TCP connection of a node.
+fn conns(n: &BlockingNode) -> Vec<(SocketAddr, SocketAddr)> {
+    n.with(|n, _| {
+        let t = n.transport_mut(TransportKind::Tcp).unwrap();
+        let t = t.as_any().unwrap().downcast_ref::<TcpTransport>().unwrap();
+        t.connections().map(|(_, l, p)| (l, p)).collect()
+    })
+}
+
+/// Receives `count` messages on `s`, checking order and bytes against `expect(i)`.
+fn recv_all(n: &BlockingNode, s: RdsSocket, count: u64, expect: impl Fn(u64) -> Vec<u8>) {
+    let mut buf = vec![0u8; (1 << 20) + 16];
+    for i in 0..count {
+        match n.recv_from(s, &mut buf, T) {
+            Ok(Received::Data { len, .. }) => {
+                let want = expect(i);
+                if len != want.len() || buf[..len] != want[..] {
+                    let mut v = n.with(|n, _| {
+                        n.engine()
+                            .stats()
+                            .iter()
+                            .filter(|s| s.1 != 0)
+                            .collect::<Vec<_>>()
+                    });
+                    n.with(|n, _| {
+                        n.transport_mut(TransportKind::Tcp)
+                            .unwrap()
+                            .counters(&mut |k, x| v.push((k, x)))
+                    });
+                    eprintln!("MISMATCH at {i}: {v:?}");
+                }
+                assert_eq!(len, want.len(), "message {i}: length");
+                assert!(buf[..len] == want[..], "message {i}: bytes differ");
+            }
+            other => panic!(
+                "message {i}: {other:?}; stats {:?}",
+                n.with(|n, _| n
+                    .engine()
+                    .stats()
+                    .iter()
+                    .filter(|s| s.1 != 0)
+                    .collect::<Vec<_>>())
+            ),
+        }
+    }
+    let r = n.with(|n, now| {
+        n.engine_mut()
+            .recv_from(now, s, &mut buf, dp_rds::RecvFlags::DONTWAIT)
+    });
+    assert!(
+        matches!(r, Err(RdsError::WouldBlock) | Err(RdsError::Blocked(_))),
+        "an extra message: {r:?}"
+    );
+}
+
+const SIZES: [usize; 12] = [
+    0,
+    1,
+    47,
+    48,
+    4095,
+    4096,
+    4097,
+    8192,
+    65536,
+    65537,
+    300_000,
+    1 << 20,
+];
+
+fn size(i: u64) -> usize {
+    SIZES[(i % SIZES.len() as u64) as usize]
+}
+
+#[test]
+fn sizes_0_to_1mib_both_ways_with_both_sides_sending_first() {
+    let (a_ip, b_ip) = ("127.0.41.1", "127.0.41.2");
+    let a = node("tcp-sz-a", 1, a_ip);
+    let b = node("tcp-sz-b", 2, b_ip);
+    let sa = sock(&a, a_ip, 4000, 16 << 20);
+    let sb = sock(&b, b_ip, 4001, 16 << 20);
+    let count = 48u64;
+    std::thread::scope(|sc| {
+        // Both sides send at once: the larger side's dial is refused or dropped and
+        // exactly one connection per path survives, from the smaller address.
+        sc.spawn(|| {
+            for i in 0..count {
+                let p = payload(1, i, size(i));
+                a.send_to(sa, SocketAddr::new(ip(b_ip), 4001), &p, T)
+                    .unwrap();
+            }
+        });
+        sc.spawn(|| {
+            for i in 0..count {
+                let p = payload(2, i, size(i));
+                b.send_to(sb, SocketAddr::new(ip(a_ip), 4000), &p, T)
+                    .unwrap();
+            }
+        });
+        sc.spawn(|| recv_all(&b, sb, count, |i| payload(1, i, size(i))));
+        recv_all(&a, sa, count, |i| payload(2, i, size(i)));
+    });
+    // The connect rule: every connection goes from A (smaller) to B's listening port.
+    let ca = conns(&a);
+    let cb = conns(&b);
+    assert!(!ca.is_empty());
+    assert_eq!(ca.len(), cb.len(), "one connection per path on both sides");
+    for (l, p) in &ca {
+        assert_eq!(l.ip(), ip(a_ip));
+        assert_eq!(
+            *p,
+            SocketAddr::new(ip(b_ip), port()),
+            "A dials B:{}",
+            port()
+        );
+    }
+    for (l, _) in &cb {
+        assert_eq!(l.port(), port(), "B only accepts");
+    }
+    let npaths = a.with(|n, _| n.engine().connections().map(|c| c.2).max().unwrap());
+    if std::env::var("RDS_TCP_MP").is_err() {
+        assert_eq!(npaths, 1, "single path");
+    }
+    assert_eq!(
+        ca.len(),
+        usize::from(npaths),
+        "one connection per negotiated path"
+    );
+    assert_eq!(stat(&a, "conn_violation") + stat(&b, "conn_violation"), 0);
+}
+
+#[test]
+fn larger_address_sending_first_is_refused_and_smaller_dials_back() {
+    let (a_ip, b_ip) = ("127.0.42.1", "127.0.42.2");
+    let a = node("tcp-rule-a", 3, a_ip);
+    let b = node("tcp-rule-b", 4, b_ip);
+    let sa = sock(&a, a_ip, 4000, 1 << 20);
+    let sb = sock(&b, b_ip, 4001, 1 << 20);
+    b.send_to(sb, SocketAddr::new(ip(a_ip), 4000), b"from the larger", T)
+        .unwrap();
+    recv_all(&a, sa, 1, |_| b"from the larger".to_vec());
+    assert!(
+        tcp_counter(&a, "tcp_accept_from_larger") + tcp_counter(&b, "tcp_connect_dropped_larger")
+            >= 1,
+        "B's own dial did not carry the message"
+    );
+    for (l, _) in conns(&b) {
+        assert_eq!(
+            l.port(),
+            port(),
+            "B's surviving connections are all accepted ones"
+        );
+    }
+}
+
+#[test]
+fn connection_killed_under_traffic_loses_and_duplicates_nothing() {
+    let (a_ip, b_ip) = ("127.0.43.1", "127.0.43.2");
+    let a = node("tcp-kill-a", 5, a_ip);
+    let b = node("tcp-kill-b", 6, b_ip);
+    let sa = sock(&a, a_ip, 4000, 1 << 20);
+    let sb = sock(&b, b_ip, 4001, 4 << 20);
+    let count = 4000u64;
+    let len = |i: u64| (i as usize * 37) % 3000;
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            for i in 0..count {
+                a.send_to(
+                    sa,
+                    SocketAddr::new(ip(b_ip), 4001),
+                    &payload(7, i, len(i)),
+                    T,
+                )
+                .unwrap();
+            }
+        });
+        sc.spawn(|| {
+            let start = StdInstant::now();
+            let mut kills = 0;
+            while kills < 4 && start.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(15));
+                let n = if kills % 2 == 0 {
+                    b.with(|n, _| n.transport_mut(TransportKind::Tcp).unwrap().reset_all())
+                } else {
+                    a.with(|n, _| n.transport_mut(TransportKind::Tcp).unwrap().reset_all())
+                };
+                if n > 0 {
+                    kills += 1;
+                }
+            }
+            assert!(kills >= 1, "no connection was ever killed");
+        });
+        recv_all(&b, sb, count, |i| payload(7, i, len(i)));
+    });
+    assert!(tcp_counter(&a, "tcp_conn_lost") + tcp_counter(&b, "tcp_conn_lost") >= 1);
+}
+
+#[test]
+fn stalled_receiver_congests_the_sender_and_nothing_is_dropped() {
+    let (a_ip, b_ip) = ("127.0.44.1", "127.0.44.2");
+    let a = node("tcp-cong-a", 7, a_ip);
+    let b = node("tcp-cong-b", 8, b_ip);
+    let sa = sock(&a, a_ip, 4000, 1 << 20);
+    let sb = sock(&b, b_ip, 4001, 64 << 10);
+    let dest = SocketAddr::new(ip(b_ip), 4001);
+    // B does not read: its port congests after 64 KiB and the map reaches A.
+    let mut sent = 0u64;
+    let start = StdInstant::now();
+    loop {
+        let r = a.with(|n, now| {
+            n.engine_mut().send_to(
+                now,
+                sa,
+                Some(dest),
+                &payload(9, sent, 1000),
+                SendFlags::DONTWAIT,
+            )
+        });
+        match r {
+            Ok(_) => sent += 1,
+            Err(RdsError::Congested { port }) => {
+                assert_eq!(port, 4001);
+                break;
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "A never saw the congestion"
+        );
+    }
+    assert!(sent >= 64, "congested after only {sent} messages");
+    assert!(stat(&a, "cong_send_error") >= 1);
+    // B reads everything: all of it arrived, in order.
+    recv_all(&b, sb, sent, |i| payload(9, i, 1000));
+}
+
+/// A raw TCP peer from `from` (a smaller address) to the node at `to`.
+fn raw_peer(from: &str, to: &str) -> std::net::TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&SocketAddr::new(ip(from), 0).into()).unwrap();
+    s.connect(&SocketAddr::new(ip(to), port()).into()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.into()
+}
+
+/// Reads until the node closes the connection; returns true if it did.
+fn closed_by_node(s: &mut std::net::TcpStream) -> bool {
+    let mut b = [0u8; 65536];
+    loop {
+        match s.read(&mut b) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+fn header(seq: u64, len: u32, sport: u16, dport: u16, flags: u8) -> [u8; 48] {
+    let mut h = [0u8; 48];
+    h[0..8].copy_from_slice(&seq.to_be_bytes());
+    h[16..20].copy_from_slice(&len.to_be_bytes());
+    h[20..22].copy_from_slice(&sport.to_be_bytes());
+    h[22..24].copy_from_slice(&dport.to_be_bytes());
+    h[24] = flags;
+    h
+}
+
+#[test]
+fn hostile_streams_cost_only_their_connection() {
+    let (bad_ip, good_ip, b_ip) = ("127.0.45.1", "127.0.45.2", "127.0.45.9");
+    let b = node("tcp-host-b", 10, b_ip);
+    let good = node("tcp-host-g", 11, good_ip);
+    let sb = sock(&b, b_ip, 4001, 4 << 20);
+    let sg = sock(&good, good_ip, 4000, 1 << 20);
+    let dest = SocketAddr::new(ip(b_ip), 4001);
+    let count = 300u64;
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            for i in 0..count {
+                good.send_to(sg, dest, &payload(3, i, 700), T).unwrap();
+            }
+        });
+        // A huge h_len: the path is reset and the socket closed.
+        let mut s = raw_peer(bad_ip, b_ip);
+        s.write_all(&header(1, u32::MAX, 5000, 4001, 0)).unwrap();
+        assert!(closed_by_node(&mut s), "huge h_len: connection not closed");
+        // Garbage: sequence 0 and unknown flags.
+        let mut s = raw_peer(bad_ip, b_ip);
+        let mut g = [0xa5u8; 48];
+        g[0..8].copy_from_slice(&0u64.to_be_bytes());
+        g[16..20].copy_from_slice(&16u32.to_be_bytes());
+        s.write_all(&g).unwrap();
+        s.write_all(&[0x5a; 16]).unwrap();
+        assert!(
+            closed_by_node(&mut s),
+            "garbage header: connection not closed"
+        );
+        // Truncated: half a header, then the end of the stream.
+        let mut s = raw_peer(bad_ip, b_ip);
+        s.write_all(&header(1, 100, 5000, 4001, 0)[..20]).unwrap();
+        drop(s);
+        // A congestion map of the wrong length.
+        let mut s = raw_peer(bad_ip, b_ip);
+        s.write_all(&header(0, 100, 0, 0, 1)).unwrap();
+        s.write_all(&[0u8; 100]).unwrap();
+        assert!(
+            closed_by_node(&mut s),
+            "short congestion map: connection not closed"
+        );
+        recv_all(&b, sb, count, |i| payload(3, i, 700));
+    });
+    assert!(stat(&b, "conn_violation") >= 2, "violations counted");
+    assert_eq!(stat(&good, "conn_violation"), 0);
+}
