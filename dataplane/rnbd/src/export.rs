@@ -172,10 +172,15 @@ impl<B> Device<B> {
 }
 
 /// The devices a server exports, by resolved path.
+///
+/// Each device also has an index ([`Exports::id_of`]) that stays valid while the exports
+/// live: a session resolves a name to a path once, at open time, and reaches the device by
+/// index on every IO (no path hashing on the data path).
 #[derive(Debug)]
 pub struct Exports<B> {
     search: SearchPath,
-    devices: HashMap<PathBuf, Device<B>>,
+    devices: Vec<(PathBuf, Device<B>)>,
+    by_path: HashMap<PathBuf, usize>,
 }
 
 impl<B> Exports<B> {
@@ -183,14 +188,33 @@ impl<B> Exports<B> {
     pub fn new(search: SearchPath) -> Self {
         Self {
             search,
-            devices: HashMap::new(),
+            devices: Vec::new(),
+            by_path: HashMap::new(),
         }
     }
 
     /// Exports `backend` under `path` (the path a resolved name must equal, for example
-    /// `/dev/ram0`, or `/mem/disk0` for a memory device).
+    /// `/dev/ram0`, or `/mem/disk0` for a memory device). A path exported again gets the
+    /// new backend, at the same index.
     pub fn add(&mut self, path: impl Into<PathBuf>, backend: B) {
-        self.devices.insert(path.into(), Device::new(backend));
+        let path = path.into();
+        match self.by_path.get(&path) {
+            Some(&i) => self.devices[i].1 = Device::new(backend),
+            None => {
+                self.by_path.insert(path.clone(), self.devices.len());
+                self.devices.push((path, Device::new(backend)));
+            }
+        }
+    }
+
+    /// The index of the device at `path`.
+    pub fn id_of(&self, path: &Path) -> Option<usize> {
+        self.by_path.get(path).copied()
+    }
+
+    /// The device at index `id` (see [`Exports::id_of`]), mutably.
+    pub fn by_id_mut(&mut self, id: usize) -> Option<&mut Device<B>> {
+        self.devices.get_mut(id).map(|(_, d)| d)
     }
 
     /// The search path.
@@ -210,36 +234,36 @@ impl<B> Exports<B> {
         mode: AccessMode,
     ) -> Result<PathBuf, OpenError> {
         let path = self.search.resolve(sessname, dev_name)?;
-        let dev = self.devices.get_mut(&path).ok_or(OpenError::NotFound)?;
+        let dev = self.get_mut(&path).ok_or(OpenError::NotFound)?;
         dev.check_open(mode)?;
         Ok(path)
     }
 
     /// Closes an open of `path` in `mode`.
     pub fn close(&mut self, path: &Path, mode: AccessMode) {
-        if let Some(d) = self.devices.get_mut(path) {
+        if let Some(d) = self.get_mut(path) {
             d.close(mode);
         }
     }
 
     /// The device at `path`.
     pub fn get(&self, path: &Path) -> Option<&Device<B>> {
-        self.devices.get(path)
+        self.id_of(path).map(|i| &self.devices[i].1)
     }
 
     /// The device at `path`, mutably (its backend).
     pub fn get_mut(&mut self, path: &Path) -> Option<&mut Device<B>> {
-        self.devices.get_mut(path)
+        self.id_of(path).map(|i| &mut self.devices[i].1)
     }
 
-    /// Every exported path and device.
+    /// Every exported path and device, in the order they were added.
     pub fn iter(&self) -> impl Iterator<Item = (&PathBuf, &Device<B>)> {
-        self.devices.iter()
+        self.devices.iter().map(|(p, d)| (p, d))
     }
 
     /// Every device, mutably (to poll their backends).
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (&PathBuf, &mut Device<B>)> {
-        self.devices.iter_mut()
+        self.devices.iter_mut().map(|(p, d)| (&*p, d))
     }
 }
 

@@ -37,6 +37,8 @@ pub enum Dir {
 pub struct SessDev {
     /// The device's resolved path (its key in [`Exports`]).
     pub path: PathBuf,
+    /// The device's index in [`Exports`] ([`Exports::id_of`] of `path`).
+    pub export: usize,
     /// The name the client opened it by (reopening the same name is idempotent).
     pub name: Vec<u8>,
     /// How it is open.
@@ -180,12 +182,16 @@ impl ServerSession {
             Some(x) => x,
             None => match exports.open(&self.name, name, mode) {
                 Ok(path) => {
+                    let Some(export) = exports.id_of(&path) else {
+                        return libc::ENOENT;
+                    };
                     let id = self.next_id;
                     self.next_id = self.next_id.wrapping_add(1);
                     self.devices.insert(
                         id,
                         SessDev {
                             path: path.clone(),
+                            export,
                             name: name.to_vec(),
                             mode,
                         },
@@ -281,7 +287,7 @@ impl ServerSession {
             self.stats.refused += 1;
             return Some(libc::EINVAL);
         };
-        let Some(d) = exports.get_mut(&dev.path) else {
+        let Some(d) = exports.by_id_mut(dev.export) else {
             return Some(libc::ENODEV);
         };
         let blk = BlkIo {
