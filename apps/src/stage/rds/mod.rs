@@ -20,7 +20,7 @@ mod info;
 mod receiver;
 mod sender;
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use dataplane::fabric::Provider;
 use dataplane::rds::fabric::{FabricConfig, FabricTransport};
@@ -85,6 +85,22 @@ fn attach<P: Provider>(engine: RdsEngine, dev: P::Device) -> Result<RdsNode, Str
     let mut n = RdsNode::new(engine);
     n.add_transport(Box::new(t)).map_err(|e| e.to_string())?;
     Ok(n)
+}
+
+/// Opens the stage's one RDS socket on `node` and binds it to `bind`.
+fn bind_socket(
+    node: &mut RdsNode,
+    stage: &str,
+    bind: SocketAddr,
+) -> Result<dataplane::rds::RdsSocket, RunError> {
+    let fail = |e: dataplane::rds::RdsError| RunError::Rds {
+        stage: stage.to_owned(),
+        message: format!("binding an RDS socket to {bind}: {e}"),
+    };
+    let e = node.engine_mut();
+    let sock = e.socket().map_err(fail)?;
+    e.bind(sock, bind).map_err(fail)?;
+    Ok(sock)
 }
 
 fn seed(ip: IpAddr) -> u64 {

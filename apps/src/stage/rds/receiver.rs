@@ -78,13 +78,7 @@ impl RdsReceiver {
         stats: Arc<StageStats>,
         info: Arc<RdsInfoSlot>,
     ) -> Result<Self, RunError> {
-        let fail = |e: RdsError| RunError::Rds {
-            stage: stats.name.clone(),
-            message: format!("binding an RDS socket to {}: {e}", def.bind),
-        };
-        let e = node.engine_mut();
-        let sock = e.socket().map_err(fail)?;
-        e.bind(sock, def.bind).map_err(fail)?;
+        let sock = super::bind_socket(&mut node, &stats.name, def.bind)?;
         Ok(Self {
             stats,
             node,
