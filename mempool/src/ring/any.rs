@@ -55,15 +55,35 @@ macro_rules! each {
     };
 }
 
+/// `Self::<mode>($make)`: the variant of run-time mode `$mode` holding the typed handle
+/// `$make` builds (its mode is inferred from the variant).
+macro_rules! by_mode {
+    ($mode:expr, $make:expr) => {
+        match $mode {
+            SyncType::Single => Self::Single($make),
+            SyncType::Multi => Self::Multi($make),
+            SyncType::Rts => Self::Rts($make),
+            SyncType::Hts => Self::Hts($make),
+        }
+    };
+}
+
+/// A clone of a shared side's handle in the same variant; `None` for a [`Single`] side.
+macro_rules! clone_shared {
+    ($any:expr) => {
+        match $any {
+            Self::Single(_) => None,
+            Self::Multi(h) => Some(Self::Multi(h.clone())),
+            Self::Rts(h) => Some(Self::Rts(h.clone())),
+            Self::Hts(h) => Some(Self::Hts(h.clone())),
+        }
+    };
+}
+
 impl<T: Copy + Send> AnyProducer<T> {
     /// A producer of mode `mode` over a validated ring view.
     pub(crate) fn new(ring: RawRing<T>, mode: SyncType) -> Self {
-        match mode {
-            SyncType::Single => Self::Single(Producer::new(ring)),
-            SyncType::Multi => Self::Multi(Producer::new(ring)),
-            SyncType::Rts => Self::Rts(Producer::new(ring)),
-            SyncType::Hts => Self::Hts(Producer::new(ring)),
-        }
+        by_mode!(mode, Producer::new(ring))
     }
 
     /// The mode of this handle's side.
@@ -74,12 +94,7 @@ impl<T: Copy + Send> AnyProducer<T> {
     /// Another handle on the same side for another thread, or `None` for a [`Single`] side
     /// (which has exactly one handle).
     pub fn try_clone(&self) -> Option<Self> {
-        match self {
-            Self::Single(_) => None,
-            Self::Multi(h) => Some(Self::Multi(h.clone())),
-            Self::Rts(h) => Some(Self::Rts(h.clone())),
-            Self::Hts(h) => Some(Self::Hts(h.clone())),
-        }
+        clone_shared!(self)
     }
 
     /// Number of slots in the ring.
@@ -122,12 +137,7 @@ impl<T: Copy + Send> AnyProducer<T> {
 impl<T: Copy + Send> AnyConsumer<T> {
     /// A consumer of mode `mode` over a validated ring view.
     pub(crate) fn new(ring: RawRing<T>, mode: SyncType) -> Self {
-        match mode {
-            SyncType::Single => Self::Single(Consumer::new(ring)),
-            SyncType::Multi => Self::Multi(Consumer::new(ring)),
-            SyncType::Rts => Self::Rts(Consumer::new(ring)),
-            SyncType::Hts => Self::Hts(Consumer::new(ring)),
-        }
+        by_mode!(mode, Consumer::new(ring))
     }
 
     /// The mode of this handle's side.
@@ -137,12 +147,7 @@ impl<T: Copy + Send> AnyConsumer<T> {
 
     /// Another handle on the same side for another thread, or `None` for a [`Single`] side.
     pub fn try_clone(&self) -> Option<Self> {
-        match self {
-            Self::Single(_) => None,
-            Self::Multi(h) => Some(Self::Multi(h.clone())),
-            Self::Rts(h) => Some(Self::Rts(h.clone())),
-            Self::Hts(h) => Some(Self::Hts(h.clone())),
-        }
+        clone_shared!(self)
     }
 
     /// Number of slots in the ring.
