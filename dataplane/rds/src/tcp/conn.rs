@@ -86,38 +86,66 @@ impl TcpConn {
     ) -> Result<usize, Lost> {
         let mut work = 0;
         loop {
-            if self.rx_start < self.rx_end {
-                let took = engine.handle_stream_bytes(
-                    now,
-                    self.path,
-                    &self.rx[self.rx_start..self.rx_end],
-                );
-                self.rx_start += took;
-                work += 1;
-                if engine.path_state(self.path) != Some(ConnState::Up) {
-                    // A violation reset the path; its Disconnect command closes us.
-                    self.rx_start = self.rx_end;
-                    return Ok(work);
-                }
-                if self.rx_start < self.rx_end {
-                    stats.tcp_rx_store_full += 1;
+            if self.rx_pending() {
+                work += self.hand_over(engine, now, stats);
+                if self.rx_pending() || engine.path_state(self.path) != Some(ConnState::Up) {
                     return Ok(work);
                 }
             }
-            self.rx_start = 0;
-            self.rx_end = 0;
+            if !self.read_once(stats)? {
+                return Ok(work);
+            }
+        }
+    }
+
+    /// True if bytes read from the socket wait here for the engine.
+    pub(super) fn rx_pending(&self) -> bool {
+        self.rx_start < self.rx_end
+    }
+
+    /// One read into the receive buffer if it is empty, without handing anything over;
+    /// true if bytes were read.
+    pub(super) fn read_once(&mut self, stats: &mut TcpStats) -> Result<bool, Lost> {
+        if self.rx_pending() {
+            return Ok(false);
+        }
+        self.rx_start = 0;
+        self.rx_end = 0;
+        loop {
             match self.stream.read(&mut self.rx) {
                 Ok(0) => return Err(Lost::Socket),
                 Ok(n) => {
                     stats.tcp_reads += 1;
                     stats.tcp_rx_bytes += n as u64;
                     self.rx_end = n;
+                    return Ok(true);
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(work),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(_) => return Err(Lost::Socket),
             }
         }
+    }
+
+    /// Hands the bytes already read to the engine (no read); the work done.
+    pub(super) fn hand_over(
+        &mut self,
+        engine: &mut RdsEngine,
+        now: Instant,
+        stats: &mut TcpStats,
+    ) -> usize {
+        if !self.rx_pending() {
+            return 0;
+        }
+        let took = engine.handle_stream_bytes(now, self.path, &self.rx[self.rx_start..self.rx_end]);
+        self.rx_start += took;
+        if engine.path_state(self.path) != Some(ConnState::Up) {
+            // A violation reset the path; its Disconnect command closes us.
+            self.rx_start = self.rx_end;
+        } else if self.rx_pending() {
+            stats.tcp_rx_store_full += 1;
+        }
+        1
     }
 
     /// Writes queued frames, gathered into `scratch` (many small frames per `write`), until

@@ -33,12 +33,20 @@
 //!   parked until the old one has been read to its end (up to 1 s), so nothing the peer's
 //!   TCP saw acknowledged is dropped.
 //!
-//!   **Multipath is not proven yet**: between two of our nodes with 8 paths, about one
-//!   run in ten of the tests (`RDS_TCP_MP=1`) still loses order or a message around the
-//!   fan-out from path 0. Until that is fixed, run this transport single-path:
-//!   `TransportSpec { multipath: false, ..TransportSpec::tcp() }` (a probe ping is then
-//!   answered with a plain pong, which a kernel peer takes as one path, as from a legacy
-//!   peer). The tests and `dp-perf --transport tcp` do.
+//!   The receive side keeps the fan-out in order: a sender moves a socket's traffic from
+//!   path 0 to its hashed path only once its earlier path-0 bytes were acknowledged by
+//!   our TCP, so each poll reads the other paths once, then path 0 to its end, and only
+//!   then hands the other paths' bytes to the engine (`TcpTransport::receive_ordered`).
+//!   Reading the sockets in any order had handed a later message of path 3 to a socket
+//!   before the end of an earlier 1 MiB message of path 0 (1 run in 10-20 of the tests with
+//!   `RDS_TCP_MP=1`).
+//!
+//!   **Multipath is still not proven**: with connections killed under traffic, about
+//!   1 run in 75 of `RDS_TCP_MP=1` loses order after the reconnect, and once in 150 runs a
+//!   congestion-map update stayed queued. Until that is fixed, run this transport
+//!   single-path: `TransportSpec { multipath: false, ..TransportSpec::tcp() }` (a probe ping
+//!   is then answered with a plain pong, which a kernel peer takes as one path, as from a
+//!   legacy peer). The tests and `dp-perf --transport tcp` do.
 //! * `SO_KEEPALIVE` with the kernel's `rds_tcp_keepalive` values (idle 5 s, interval 5 s,
 //!   5 probes), `TCP_NODELAY`, `SO_REUSEADDR`, backlog 64.
 //!

@@ -433,19 +433,21 @@ impl TcpTransport {
     }
 
     /// Reads, writes and acks on every connection; a lost one is reported to the engine.
+    /// Receives, sends and reports acks on every connection, in the order that keeps
+    /// multipath ordering (see [`Self::receive_ordered`]).
     fn poll_conns(&mut self, engine: &mut RdsEngine, now: Instant) -> usize {
-        let mut work = 0;
-        let mut lost: Option<PathId> = None;
-        for c in self.conns.values_mut() {
-            let r = c
-                .receive(engine, now, &mut self.stats)
-                .and_then(|w| Ok(w + c.send(engine, now, &mut self.scratch, &mut self.stats)?))
-                .and_then(|w| Ok(w + c.update_acked(engine, now, &mut self.stats)?));
-            match r {
-                Ok(w) => work += w,
-                Err(_) => {
-                    lost = Some(c.path);
-                    break;
+        let (mut work, mut lost) = self.receive_ordered(engine, now);
+        if lost.is_none() {
+            for c in self.conns.values_mut() {
+                let r = c
+                    .send(engine, now, &mut self.scratch, &mut self.stats)
+                    .and_then(|w| Ok(w + c.update_acked(engine, now, &mut self.stats)?));
+                match r {
+                    Ok(w) => work += w,
+                    Err(_) => {
+                        lost = Some(c.path);
+                        break;
+                    }
                 }
             }
         }
@@ -457,6 +459,47 @@ impl TcpTransport {
             work += 1;
         }
         work
+    }
+
+    /// Receives in the order that keeps a multipath connection's messages in order at the
+    /// fan-out from path 0.
+    ///
+    /// A sender fans out to paths above 0 only once everything it sent on path 0 before
+    /// was acknowledged by our TCP, so those bytes are in path 0's socket before a byte of
+    /// the other paths is sent. Reading the sockets in any order could still hand the
+    /// engine a later message of path 3 before the end of an earlier 1 MiB message of
+    /// path 0. So: one read on each path above 0 first (kept, not handed over), then path 0
+    /// read to its end, then the kept bytes handed over, and no further read of those
+    /// paths in this poll. Bytes read before path 0 was emptied were sent after everything
+    /// that path 0 had to deliver first. If path 0 stops early (the engine's store is
+    /// full), the kept bytes of that connection wait for the next poll.
+    fn receive_ordered(&mut self, engine: &mut RdsEngine, now: Instant) -> (usize, Option<PathId>) {
+        let mut work = 0;
+        for c in self.conns.values_mut().filter(|c| c.path.index != 0) {
+            match c.read_once(&mut self.stats) {
+                Ok(read) => work += usize::from(read),
+                Err(_) => return (work, Some(c.path)),
+            }
+        }
+        let mut held: [u32; 8] = [u32::MAX; 8];
+        let mut n_held = 0;
+        for c in self.conns.values_mut().filter(|c| c.path.index == 0) {
+            match c.receive(engine, now, &mut self.stats) {
+                Ok(w) => work += w,
+                Err(_) => return (work, Some(c.path)),
+            }
+            if c.rx_pending() && n_held < held.len() {
+                held[n_held] = c.path.conn;
+                n_held += 1;
+            }
+        }
+        for c in self.conns.values_mut().filter(|c| c.path.index != 0) {
+            let conn_held = held[..n_held].contains(&c.path.conn) || n_held == held.len();
+            if !conn_held {
+                work += c.hand_over(engine, now, &mut self.stats);
+            }
+        }
+        (work, None)
     }
 }
 
