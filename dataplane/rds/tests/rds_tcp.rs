@@ -4,8 +4,8 @@
 //! on a port derived from the process id (tests of other checkouts may run at once).
 //!
 //! The nodes run single-path (multipath over real sockets is not proven yet; see
-//! `dp_rds::tcp`). `RDS_TCP_MP=1` runs the same tests with 8 paths: about one run in 50
-//! still fails (ordering after connections are killed, see `dp_rds::tcp`).
+//! `dp_rds::tcp`). `RDS_TCP_MP=1` runs the same tests with 8 paths: a few runs in 150
+//! still fail (ordering after connections are killed, see `dp_rds::tcp`).
 
 mod common;
 

@@ -333,7 +333,7 @@ impl RdsEngine {
                 RdsError::Blocked(Block::Memory)
             }
         };
-        if !self.store.frags.can_send(nfrags) || self.store.msgs.available() == 0 {
+        if !self.store.frags.can_send(nfrags) || !self.store.msgs.can_take_data() {
             return Err(nomem(self));
         }
         let Some(mid) = self.store.msgs.alloc() else {

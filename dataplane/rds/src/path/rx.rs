@@ -28,6 +28,9 @@ fn fault_violation(f: HeaderFault) -> Violation {
 
 /// A new record for a message starting with `hdr`.
 fn start_record(store: &mut Store, hdr: &HeaderRepr) -> Option<MsgId> {
+    if !store.msgs.can_take_data() {
+        return None;
+    }
     let id = store.msgs.alloc()?;
     let m = store.msgs.get_mut(id);
     m.seq = hdr.sequence;
@@ -100,8 +103,8 @@ impl Path {
         if !ack_only {
             let need_record = self.rx.is_none();
             let need_frag = !payload.is_empty();
-            if (need_record && ctx.store.msgs.available() == 0)
-                || (need_frag && ctx.store.frags.available() == 0)
+            if (need_record && !ctx.store.msgs.can_take_data())
+                || (need_frag && !ctx.store.frags.can_append())
             {
                 ctx.stats.recv_delayed_retry += 1;
                 return Err(RxRefused);

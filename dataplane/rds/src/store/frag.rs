@@ -104,8 +104,14 @@ pub struct FragPool {
     next: Vec<u32>,
     free: Vec<u32>,
     rx_reserve: u32,
+    ctrl_reserve: u32,
     low_water: u32,
 }
+
+/// Fragments the receive path leaves free for the engine's control messages (a
+/// congestion-map update takes two), at most a sixteenth of the pool: a receiver whose
+/// store filled must still be able to tell its peers that it is congested.
+pub const CTRL_RESERVE_FRAGS: u32 = 16;
 
 impl core::fmt::Debug for FragPool {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -136,6 +142,7 @@ impl FragPool {
             next: vec![NIL; count as usize],
             free: (0..count).rev().collect(),
             rx_reserve: cfg.rx_reserve.min(count / 2),
+            ctrl_reserve: CTRL_RESERVE_FRAGS.min(count / 16),
             low_water: count,
         })
     }
@@ -193,9 +200,17 @@ impl FragPool {
         Some(chain)
     }
 
+    /// True if [`append_one`](Self::append_one) would take a fragment now.
+    pub fn can_append(&self) -> bool {
+        self.available() > self.ctrl_reserve
+    }
+
     /// Takes one fragment and appends it to `chain` (the receive path, fragment by
-    /// fragment). `None` if the pool is empty.
+    /// fragment). `None` if only the control reserve ([`CTRL_RESERVE_FRAGS`]) is left.
     pub fn append_one(&mut self, chain: &mut Chain) -> Option<FragId> {
+        if !self.can_append() {
+            return None;
+        }
         let f = FragId(self.free.pop()?);
         self.push_back(chain, f);
         self.note_low();
@@ -361,5 +376,24 @@ mod tests {
         p.free_chain(&mut a);
         p.free_chain(&mut rx);
         assert_eq!(p.available(), 8);
+    }
+
+    #[test]
+    fn test_frag_receive_leaves_the_control_reserve_for_a_map_update() {
+        let mut p = pool(64, 0);
+        let mut rx = Chain::EMPTY;
+        while p.append_one(&mut rx).is_some() {}
+        assert_eq!(
+            p.available(),
+            64 / 16,
+            "the receive path stops at the reserve"
+        );
+        assert!(!p.can_append());
+        let mut map = p
+            .alloc_chain(2)
+            .expect("a congestion-map update still fits");
+        p.free_chain(&mut map);
+        p.free_chain(&mut rx);
+        assert_eq!(p.available(), 64);
     }
 }

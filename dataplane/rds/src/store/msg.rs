@@ -190,7 +190,13 @@ pub struct MsgTable {
     msgs: Vec<Msg>,
     free: Vec<u32>,
     low_water: u32,
+    ctrl_reserve: u32,
 }
+
+/// Records that received and sent data leave free for the engine's own control messages
+/// (congestion-map updates, pongs), at most a sixteenth of the table: a receiver whose
+/// store filled must still be able to tell its peers that it is congested.
+pub const CTRL_RESERVE_MSGS: u32 = 8;
 
 impl MsgTable {
     /// A table of `cap` records, all free.
@@ -200,12 +206,20 @@ impl MsgTable {
             msgs: (0..cap).map(|_| Msg::blank()).collect(),
             free: (0..cap).rev().collect(),
             low_water: cap,
+            ctrl_reserve: CTRL_RESERVE_MSGS.min(cap / 16),
         }
     }
 
     /// Records in the table.
     pub fn capacity(&self) -> u32 {
         self.msgs.len() as u32
+    }
+
+    /// True if a received or sent data message may take a record now: more than the
+    /// control reserve ([`CTRL_RESERVE_MSGS`]) is free. Control messages use
+    /// [`alloc`](Self::alloc) directly.
+    pub fn can_take_data(&self) -> bool {
+        self.available() > self.ctrl_reserve
     }
 
     /// Records free now.
@@ -359,5 +373,25 @@ mod tests {
         assert_eq!(send.back(), Some(m[3]));
         assert_eq!(t.available(), 3);
         assert_eq!(t.low_water(), 3);
+    }
+
+    #[test]
+    fn test_data_leaves_the_control_reserve_of_records() {
+        let mut t = MsgTable::new(256);
+        let mut taken = Vec::new();
+        while t.can_take_data() {
+            taken.push(t.alloc().unwrap());
+        }
+        assert_eq!(
+            t.available(),
+            CTRL_RESERVE_MSGS,
+            "data stops at the reserve"
+        );
+        let pong = t.alloc().expect("a control message still gets a record");
+        t.free(pong);
+        for id in taken {
+            t.free(id);
+        }
+        assert_eq!(t.available(), 256);
     }
 }

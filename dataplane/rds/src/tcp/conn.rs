@@ -98,6 +98,11 @@ impl TcpConn {
         }
     }
 
+    /// True if bytes of the peer wait here or in the socket (an error counts as none).
+    pub(super) fn holds_bytes(&self) -> bool {
+        self.rx_pending() || sys::unread(&self.stream).is_ok_and(|n| n > 0)
+    }
+
     /// True if bytes read from the socket wait here for the engine.
     pub(super) fn rx_pending(&self) -> bool {
         self.rx_start < self.rx_end

@@ -30,8 +30,9 @@
 //!   names if that path is down, else to the first path that is down (6.1's rule).
 //!
 //!   A connection that replaces a live one of its path (the peer lost the old one) is
-//!   parked until the old one has been read to its end (up to 1 s), so nothing the peer's
-//!   TCP saw acknowledged is dropped.
+//!   parked until the old one has been read to its end, so nothing the peer's TCP saw
+//!   acknowledged is dropped: as long as the old one holds unread bytes (`SIOCINQ`), and
+//!   up to 1 s for its end of stream once it holds none (a peer that vanished sends none).
 //!
 //!   The receive side keeps the fan-out in order: a sender moves a socket's traffic from
 //!   path 0 to its hashed path only once its earlier path-0 bytes were acknowledged by
@@ -41,12 +42,11 @@
 //!   before the end of an earlier 1 MiB message of path 0 (1 run in 10-20 of the tests with
 //!   `RDS_TCP_MP=1`).
 //!
-//!   **Multipath is still not proven**: with connections killed under traffic, about
-//!   1 run in 75 of `RDS_TCP_MP=1` loses order after the reconnect, and once in 150 runs a
-//!   congestion-map update stayed queued. Until that is fixed, run this transport
-//!   single-path: `TransportSpec { multipath: false, ..TransportSpec::tcp() }` (a probe ping
-//!   is then answered with a plain pong, which a kernel peer takes as one path, as from a
-//!   legacy peer). The tests and `dp-perf --transport tcp` do.
+//!   **Multipath is still not proven**: with connections killed under traffic, 2 to 5
+//!   runs in 150 of `RDS_TCP_MP=1` lose order after the reconnect. Until that is fixed,
+//!   run this transport single-path: `TransportSpec { multipath: false,
+//!   ..TransportSpec::tcp() }` (a probe ping is then answered with a plain pong, which a
+//!   kernel peer takes as one path, as from a legacy peer). The tests and `dp-perf --transport tcp` do.
 //! * `SO_KEEPALIVE` with the kernel's `rds_tcp_keepalive` values (idle 5 s, interval 5 s,
 //!   5 probes), `TCP_NODELAY`, `SO_REUSEADDR`, backlog 64.
 //!

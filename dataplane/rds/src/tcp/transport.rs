@@ -401,19 +401,26 @@ impl TcpTransport {
             };
             // Wait while the old connection lives, and while the engine tears its path
             // down (its Disconnect goes out after this poll): it would refuse the new one.
-            let live = engine.conn_id(&key).is_some_and(|conn| {
+            // Past PARK_LIMIT, still wait while the old one holds unread bytes: the peer
+            // released those messages when its TCP saw them acknowledged, so dropping
+            // them would lose them (a slow reader with a full store takes longer than
+            // PARK_LIMIT to drain it). An old connection with nothing left to read and no
+            // end of stream (a peer that vanished) is given up after PARK_LIMIT.
+            let (live, holds) = engine.conn_id(&key).map_or((false, false), |conn| {
                 let id = PathId {
                     conn,
                     index: p.index,
                 };
-                self.conns.contains_key(&id)
+                let old = self.conns.get(&id);
+                let live = old.is_some()
                     || !matches!(
                         engine.path_state(id),
                         None | Some(ConnState::Down | ConnState::Up | ConnState::Connecting)
-                    )
+                    );
+                (live, old.is_some_and(|c| c.holds_bytes()))
             });
             let waited = Duration::from_nanos(now.nanos_since(p.since));
-            if live && waited < PARK_LIMIT {
+            if live && (waited < PARK_LIMIT || holds) {
                 i += 1;
                 continue;
             }
