@@ -102,7 +102,9 @@ fn recv_all(n: &BlockingNode, s: RdsSocket, count: u64, expect: impl Fn(u64) -> 
                             .unwrap()
                             .counters(&mut |k, x| v.push((k, x)))
                     });
-                    eprintln!("MISMATCH at {i}: {v:?}");
+                    let got =
+                        (i.saturating_sub(500)..i + 500).find(|&j| expect(j)[..] == buf[..len]);
+                    eprintln!("MISMATCH at {i}: got message {got:?}; {v:?}");
                 }
                 assert_eq!(len, want.len(), "message {i}: length");
                 assert!(buf[..len] == want[..], "message {i}: bytes differ");
