@@ -143,6 +143,8 @@ const COVERED: &[&str] = &[
     "rds-pair.toml",
     "rds-sender.toml",
     "rds-receiver.toml",
+    // Run by tests/rnbd.rs.
+    "rnbd-server.toml",
 ];
 
 #[test]

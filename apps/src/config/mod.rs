@@ -46,7 +46,7 @@
 //!
 //! From the top down: `parse.rs` turns text into a [`Config`] (with [`Config::from_file`] and
 //! [`Config::parse`]); `validate.rs` checks the sections against each other and converts them;
-//! `rds.rs` checks the RDS stages (methods of the same checker);
+//! `rds.rs` checks the RDS stages and `rnbd.rs` the RNBD server (methods of the same checker);
 //! `doc.rs` turns spans into lines and serde errors into located ones; `raw.rs` holds the
 //! sections as serde sees them; `types.rs` the validated types and `error.rs` the errors,
 //! which import nothing of their siblings.
@@ -56,14 +56,18 @@ mod error;
 mod parse;
 mod raw;
 mod rds;
+mod rnbd;
 mod types;
 mod validate;
 
 pub use error::ConfigError;
 pub use types::{
-    ClientDef, Config, Eal, Fabric, FanoutDef, ForwarderDef, GeneratorDef, MAX_BURST, MAX_POOLS,
-    Memory, OnFull, PoolDef, Provider, RdsReceiverDef, RdsSenderDef, RingDef, ServerDef,
-    ServerMode, SinkDef, StageDef, StageKind,
+    ClientDef, Config, Eal, ExportAccess, ExportBackend, ExportDef, Fabric, FanoutDef,
+    ForwarderDef, GeneratorDef, MAX_BURST, MAX_POOLS, Memory, OnFull, PoolDef, Provider,
+    RdsReceiverDef, RdsSenderDef, RingDef, RnbdServerDef, ServerDef, ServerMode, SinkDef, StageDef,
+    StageKind,
 };
+
+pub(crate) use rnbd::chunk_size as rnbd_chunk_size;
 
 pub use crate::msg::{MAX_MSG_LEN, MIN_MSG_LEN};

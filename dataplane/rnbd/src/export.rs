@@ -66,6 +66,11 @@ impl SearchPath {
         Ok(Self(p))
     }
 
+    /// The search path as given.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
     /// Resolves `dev_name` for session `sessname` (`rnbd_srv_get_full_path`): the search
     /// path up to `%SESSNAME%`, then `/<sessname>/<dev_name>` when it holds the token;
     /// otherwise `<search path>/<dev_name>`; then every run of slashes squeezed to one.

@@ -363,7 +363,10 @@ fn test_device_counts_reads_and_writes_in_sectors() {
     let far_rc = io(&mut s, &mut e, Dir::Read, id, rd, 1 << 40, &mut far);
     assert_eq!(far_rc, libc::EINVAL);
     // The wrong direction for a write: refused by the session, not counted.
-    assert_eq!(io(&mut s, &mut e, Dir::Read, id, wr, 0, &mut w), libc::EINVAL);
+    assert_eq!(
+        io(&mut s, &mut e, Dir::Read, id, wr, 0, &mut w),
+        libc::EINVAL
+    );
     let st = s.devices()[&id].stats;
     assert_eq!((st.writes, st.write_sectors), (2, 16));
     assert_eq!((st.reads, st.read_sectors), (2, 3));
