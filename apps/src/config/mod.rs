@@ -33,6 +33,22 @@
 //! input = "gen_to_sink"
 //! ```
 //!
+//! An RNBD server is a stage whose devices are arrays of tables under it:
+//!
+//! ```toml
+//! [stage.blk]
+//! kind = "rnbd_server"
+//! lcore = 0
+//! listen = "10.0.0.1:1234"     # first path; `paths = N` listens on N consecutive ports
+//! dev_search_path = "/srv/rnbd"
+//!
+//! [[stage.blk.export]]         # one per device: clients open "mem0" = /srv/rnbd/mem0
+//! name = "mem0"
+//! backend = "mem"              # "mem", "null" (with `size`) or "file" (with `path`)
+//! size = "64m"
+//! access = "rw"                # the most a client may open it for: "ro", "rw", "migration"
+//! ```
+//!
 //! Every section is deserialized with unknown keys denied, so a typo is an error that names
 //! the file, the line and the key (`pipeline.toml:12: unknown key `rat` in [stage.gen]`);
 //! type errors, missing keys and values that do not fit together (a ring without a consumer,

@@ -14,8 +14,8 @@
 //! N of them. Datagrams that are neither are a peer's bytes that failed the frame check: they
 //! are dropped and counted (`dropped`), never trusted.
 //!
-//! `info.rs` answers `dpctl rds-info` (through the stage's [`InfoSlot`]) from the stage's
-//! lcore.
+//! `info.rs` answers `dpctl rds-info` from the stage's lcore, through the stage's `InfoSlot`
+//! (`stage/info.rs`).
 
 mod info;
 mod receiver;
@@ -32,8 +32,6 @@ pub use receiver::RdsReceiver;
 pub use sender::RdsSender;
 
 use super::env::FabricDev;
-#[allow(unused_imports)] // for the doc link
-use super::info::InfoSlot;
 use crate::error::RunError;
 
 /// The datagram a sender sends after its last message.
