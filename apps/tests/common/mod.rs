@@ -6,8 +6,9 @@
 //! each test binary has its own lock. Time limits are hang guards only.
 #![allow(dead_code)] // each test binary uses its own subset
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -116,6 +117,80 @@ pub fn summary(mut p: Proc, limit: Duration) -> Summary {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{stdout}"))
+}
+
+/// What a finished `dpctl` said.
+pub struct Finished {
+    /// Its exit status.
+    pub status: ExitStatus,
+    /// Its stdout.
+    pub stdout: String,
+    /// Its stderr.
+    pub stderr: String,
+}
+
+/// Starts `c` with its output captured.
+pub fn spawn(mut c: Command) -> Child {
+    c.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .stdin(Stdio::null());
+    c.spawn().unwrap()
+}
+
+/// Waits for `child` (spawned with piped stdout and stderr) for at most `limit`, reading
+/// its output meanwhile (so a long output cannot block it).
+pub fn wait(mut child: Child, limit: Duration) -> Finished {
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let ro = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let re = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "dpctl did not finish within {limit:?}; stderr:\n{}",
+                re.join().unwrap()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Finished {
+        status,
+        stdout: ro.join().unwrap(),
+        stderr: re.join().unwrap(),
+    }
+}
+
+/// Runs an example with `--json --quiet` and `args` to its end; returns its summary.
+pub fn run_example(dir: &Path, name: &str, args: &[&str]) -> Summary {
+    let mut c = dpctl(dir);
+    c.arg("run")
+        .arg(example(name))
+        .args(["--json", "--quiet"])
+        .args(args);
+    let f = wait(spawn(c), Duration::from_secs(90));
+    assert!(
+        f.status.success(),
+        "{name}: {}\nstdout:\n{}\nstderr:\n{}",
+        f.status,
+        f.stdout,
+        f.stderr
+    );
+    serde_json::from_str(&f.stdout)
+        .unwrap_or_else(|e| panic!("{name}: summary is not JSON ({e}):\n{}", f.stdout))
 }
 
 /// The summary of stage `name`.
