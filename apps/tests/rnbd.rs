@@ -494,3 +494,78 @@ fn rnbd_info_says_when_a_pipeline_has_no_rnbd_server() {
     p.interrupt();
     let _ = summary(p, Duration::from_secs(30));
 }
+
+/// A file export: what a client writes lands in the file (read back from the filesystem),
+/// and a read-only export of the same file serves it but refuses a read-write open.
+#[test]
+fn file_export_writes_through_io_uring_into_the_file() {
+    let _g = heavy();
+    let dir = TempDir::new("rnbd", "file");
+    // On the build disk: tmpfs (often /tmp) has no O_DIRECT.
+    let disk = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("rnbd-file-{}.img", std::process::id()));
+    std::fs::write(&disk, vec![0u8; 4 << 20]).unwrap();
+    let cfg = dir.0.join("file.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{HEAD}listen = \"10.0.0.1:1300\"\n\n\
+             [[stage.blk.export]]\nname = \"disk0\"\nbackend = \"file\"\npath = \"{d}\"\n\n\
+             [[stage.blk.export]]\nname = \"disk0ro\"\nbackend = \"file\"\npath = \"{d}\"\n\
+             access = \"ro\"\n",
+            d = disk.display()
+        ),
+    )
+    .unwrap();
+    let mut p = common::Proc(Some(
+        dpctl(&dir.0)
+            .arg("run")
+            .arg(&cfg)
+            .args(["--json", "--quiet", "--duration", "60"])
+            .spawn()
+            .unwrap(),
+    ));
+    // The devices are made before the telemetry socket appears; a kernel or filesystem
+    // that cannot serve the file ends dpctl first, saying why.
+    let sock = dir.0.join(format!("dpctl-{}.sock", p.id()));
+    let t0 = Instant::now();
+    while !sock.exists() {
+        let child = p.0.as_mut().expect("running");
+        if let Some(st) = child.try_wait().unwrap() {
+            let out = p.0.take().expect("running").wait_with_output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            let _ = std::fs::remove_file(&disk);
+            assert!(err.contains("io_uring"), "dpctl failed ({st}): {err}");
+            eprintln!("skipped: the file backend cannot run here: {err}");
+            return;
+        }
+        assert!(t0.elapsed() < PATIENCE, "no telemetry socket");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut c = Blk::connect(&dir.0, "10.0.0.1:1300");
+    let dev = c
+        .map("disk0", AccessMode::Rw)
+        .expect("disk0 maps read-write");
+    let len = 32 << 10;
+    for (i, b) in c.bytes(0, len).iter_mut().enumerate() {
+        *b = (i * 7 + 3) as u8;
+    }
+    let pattern = c.bytes(0, len).to_vec();
+    c.write(dev, 16, 0, len as u32).unwrap();
+    let on_disk = std::fs::read(&disk).unwrap();
+    assert!(
+        on_disk[16 * 512..16 * 512 + len] == pattern[..],
+        "the file does not hold what was written"
+    );
+    assert_eq!(c.map("disk0ro", AccessMode::Rw), Err(libc::EPERM));
+    let ro = c
+        .map("disk0ro", AccessMode::Ro)
+        .expect("disk0ro maps read-only");
+    c.read(ro, 16, len as u64, len as u32).unwrap();
+    assert!(c.bytes(len, len) == pattern.as_slice());
+    c.close(&[dev, ro]);
+    p.interrupt();
+    let s = summary(p, Duration::from_secs(30));
+    assert_eq!(stage(&s, "blk").counters.conns_opened, 1);
+    let _ = std::fs::remove_file(&disk);
+}
