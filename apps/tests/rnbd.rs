@@ -505,6 +505,7 @@ fn file_export_writes_through_io_uring_into_the_file() {
     let disk = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("rnbd-file-{}.img", std::process::id()));
     std::fs::write(&disk, vec![0u8; 4 << 20]).unwrap();
+    let _remove = RemoveOnDrop(disk.clone());
     let cfg = dir.0.join("file.toml");
     std::fs::write(
         &cfg,
@@ -534,7 +535,6 @@ fn file_export_writes_through_io_uring_into_the_file() {
         if let Some(st) = child.try_wait().unwrap() {
             let out = p.0.take().expect("running").wait_with_output().unwrap();
             let err = String::from_utf8_lossy(&out.stderr);
-            let _ = std::fs::remove_file(&disk);
             assert!(err.contains("io_uring"), "dpctl failed ({st}): {err}");
             eprintln!("skipped: the file backend cannot run here: {err}");
             return;
@@ -567,5 +567,13 @@ fn file_export_writes_through_io_uring_into_the_file() {
     p.interrupt();
     let s = summary(p, Duration::from_secs(30));
     assert_eq!(stage(&s, "blk").counters.conns_opened, 1);
-    let _ = std::fs::remove_file(&disk);
+}
+
+/// Removes a file when the test ends, passed or not.
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
