@@ -12,6 +12,7 @@
 //! `state`, `hca_name`, and `stats/rdma` exactly as the kernel prints it
 //! (`read-cnt read-bytes write-cnt write-bytes`), then the counters the kernel does not have
 //! (heartbeats, protocol errors, completion errors, responses that waited for room).
+//! `--reset` (`/rtrs-reset`) zeroes the paths' counters first, as `stats/reset_all`.
 
 use std::fmt::Write as _;
 

@@ -73,6 +73,10 @@ const COMMANDS: &[(&str, &str)] = &[
         "/rtrs",
         "Per RNBD server stage: its RTRS server sessions and paths (state, hca, stats/rdma counters as the kernel's sysfs); /rtrs,STAGE for one.",
     ),
+    (
+        "/rtrs-reset",
+        "As /rtrs, after zeroing every path's counters (stats/reset_all); /rtrs-reset,STAGE for one.",
+    ),
 ];
 
 /// `dpctl-<pid>.sock` in `dir`.
@@ -212,15 +216,19 @@ pub(crate) fn handle(cmd: &str, view: &View<'_>) -> Value {
             json!(m.latest())
         }
         ("/stats", _) => json!({ "lcores": lcores(view), "stages": stages(view, None) }),
-        ("/rds", only) => match infos(view, InfoKind::Rds, None, only) {
+        ("/rds", only) => match infos(view, InfoKind::Rds, None, only, false) {
             Ok(v) => v,
             Err(()) => {
                 return json!({ "error": format!("no RDS stage `{}`; /rds lists them all", only.unwrap_or("")) });
             }
         },
-        ("/rnbd" | "/rtrs", only) => {
-            let part = &name[1..];
-            match infos(view, InfoKind::Rnbd, Some(part), only) {
+        ("/rnbd" | "/rtrs" | "/rtrs-reset", only) => {
+            let (part, reset) = match name {
+                "/rnbd" => ("rnbd", false),
+                "/rtrs" => ("rtrs", false),
+                _ => ("rtrs", true),
+            };
+            match infos(view, InfoKind::Rnbd, Some(part), only, reset) {
                 Ok(v) => v,
                 Err(()) => {
                     return json!({ "error": format!("no rnbd_server stage `{}`; {name} lists them all", only.unwrap_or("")) });
@@ -233,20 +241,25 @@ pub(crate) fn handle(cmd: &str, view: &View<'_>) -> Value {
 }
 
 /// The snapshots of the stages of `kind` (only the one named `only`, if given), each its
-/// `part` if given (an RNBD server's snapshot holds `rnbd` and `rtrs`); `Err` if `only` names
-/// no such stage.
+/// `part` if given (an RNBD server's snapshot holds `rnbd` and `rtrs`), after a reset of the
+/// stages' resettable counters with `reset`; `Err` if `only` names no such stage.
 fn infos(
     view: &View<'_>,
     kind: InfoKind,
     part: Option<&str>,
     only: Option<&str>,
+    reset: bool,
 ) -> Result<Value, ()> {
     let v: Vec<Value> = view
         .info
         .iter()
         .filter(|s| s.kind() == kind && only.is_none_or(|n| n == s.stage()))
         .map(|s| {
-            let mut snap = s.query(INFO_WAIT);
+            let mut snap = if reset {
+                s.query_reset(INFO_WAIT)
+            } else {
+                s.query(INFO_WAIT)
+            };
             match part {
                 Some(p) if snap.get("error").is_none() => {
                     let mut v = snap[p].take();

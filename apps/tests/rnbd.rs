@@ -465,14 +465,28 @@ fn example_rnbd_server_serves_its_exports_to_an_rnbd_client() {
         "{text}"
     );
 
+    // rtrs-info --reset: the counters start again from zero, as after `echo 1 > reset_all`.
+    let v = json(&info(&dir.0, "rtrs-info", p.id(), &["--reset", "--json"]));
+    let rdma = &v[0]["sessions"][0]["paths"][0]["stats"]["rdma"];
+    assert_eq!(rdma["read_cnt"].as_u64(), Some(0), "{rdma}");
+    assert_eq!(rdma["write_bytes"].as_u64(), Some(0), "{rdma}");
+    c.read(mem, 0, 0, 4096).unwrap();
+    let v = json(&info(&dir.0, "rtrs-info", p.id(), &["--json"]));
+    let rdma = &v[0]["sessions"][0]["paths"][0]["stats"]["rdma"];
+    assert_eq!(
+        (rdma["read_cnt"].as_u64(), rdma["write_cnt"].as_u64()),
+        (Some(1), Some(0)),
+        "{rdma}"
+    );
+
     c.close(&[mem, ro]);
     p.interrupt();
     let s = summary(p, Duration::from_secs(30));
     assert_eq!(s.stopped_by, StopCause::Signal, "{s:#?}");
     let blk = stage(&s, "blk").counters;
     assert_eq!((blk.conns_opened, blk.conns_closed), (1, 1));
-    // Those 9 requests, and the 2 CLOSEs.
-    assert_eq!(blk.in_msgs, 11, "{blk:?}");
+    // Those 9 requests, the read after the reset, and the 2 CLOSEs.
+    assert_eq!(blk.in_msgs, 12, "{blk:?}");
     assert_eq!(blk.in_msgs, blk.out_msgs, "every request answered");
     assert_eq!(blk.dropped, 0);
 }

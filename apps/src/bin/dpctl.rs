@@ -119,6 +119,10 @@ enum Command {
     /// in the shape of the kernel's sysfs (/sys/class/rtrs-server/SESS/paths/PATH/): state,
     /// hca_name, stats/rdma (read-cnt read-bytes write-cnt write-bytes) and more counters.
     RtrsInfo {
+        /// Zero every path's counters first, as writing 1 to stats/reset_all does, and print
+        /// them from there.
+        #[arg(long)]
+        reset: bool,
         #[command(flatten)]
         target: InfoTarget,
     },
@@ -271,7 +275,10 @@ fn main() -> ExitCode {
             rds_info(stage.as_deref(), sections, json, pid, socket, dir)
         }
         Command::RnbdInfo { target } => blk_info("/rnbd", target, blkinfo::render_rnbd),
-        Command::RtrsInfo { target } => blk_info("/rtrs", target, blkinfo::render_rtrs),
+        Command::RtrsInfo { reset, target } => {
+            let base = if reset { "/rtrs-reset" } else { "/rtrs" };
+            blk_info(base, target, blkinfo::render_rtrs)
+        }
         Command::DemoConsumers {
             dir,
             cpu,

@@ -30,6 +30,8 @@ pub struct InfoSlot {
     stats: Arc<StageStats>,
     kind: InfoKind,
     want: AtomicBool,
+    /// With `want`: reset the stage's resettable counters before the snapshot.
+    reset: AtomicBool,
     snap: Mutex<Option<Value>>,
 }
 
@@ -39,6 +41,7 @@ impl InfoSlot {
             stats,
             kind,
             want: AtomicBool::new(false),
+            reset: AtomicBool::new(false),
             snap: Mutex::new(None),
         })
     }
@@ -76,6 +79,24 @@ impl InfoSlot {
             .unwrap_or_else(PoisonError::into_inner)
             .take()
             .unwrap_or_else(|| json!({ "stage": self.stage(), "error": "no snapshot" }))
+    }
+
+    /// As [`Self::query`], asking the stage to reset its resettable counters first (an RNBD
+    /// server: its RTRS paths' counters, as `stats/reset_all`).
+    pub fn query_reset(&self, timeout: Duration) -> Value {
+        // Relaxed: published by the Release store of `want` in `query`.
+        self.reset.store(true, Ordering::Relaxed);
+        let v = self.query(timeout);
+        self.reset.store(false, Ordering::Relaxed);
+        v
+    }
+
+    /// Whether the snapshot asked for (the stage saw [`Self::wanted`]) wants a reset first.
+    pub(crate) fn take_reset(&self) -> bool {
+        // Acquire fence: pairs with the Release store of `want` that the stage's relaxed
+        // load in `wanted` read, so the `reset` stored before it is visible.
+        std::sync::atomic::fence(Ordering::Acquire);
+        self.reset.swap(false, Ordering::Relaxed)
     }
 
     /// Whether the telemetry thread is waiting for a snapshot.

@@ -211,6 +211,9 @@ impl<P: Provider> Stage for RnbdStage<P> {
             self.publish();
         }
         if self.info.wanted() {
+            if self.info.take_reset() {
+                self.srv.reset_rtrs_stats();
+            }
             self.info.publish(info::snapshot(&self.srv, &self.about));
         }
         if io.quiesce {
