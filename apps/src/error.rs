@@ -93,6 +93,14 @@ pub enum RunError {
         /// What failed and why.
         message: String,
     },
+    /// An RNBD server stage could not make a device or listen.
+    #[error("stage `{stage}`: {message}")]
+    Rnbd {
+        /// The stage.
+        stage: String,
+        /// What failed and why.
+        message: String,
+    },
     /// An rsocket stage without a fabric (validation prevents this).
     #[error("rsocket stages need a [fabric] section")]
     NoFabric,

@@ -11,6 +11,8 @@
 //! | `dpctl check` | the preflight report ([`check`]): cores, hugepages, memlock, RDMA devices, rendezvous directory, and what to fix |
 //! | `dpctl stats` | the per-lcore and per-stage counters of a running pipeline, over its telemetry socket ([`telemetry`]) |
 //! | `dpctl rds-info` | the RDS nodes of a running pipeline with the sections of Linux `rds-info` ([`rdsinfo`]) |
+//! | `dpctl rnbd-info` | the RNBD servers of a running pipeline: exports, sessions, paths, open devices and their IO counts, as RNBD's server sysfs ([`blkinfo`]) |
+//! | `dpctl rtrs-info` | their RTRS server sessions and paths with the kernel's sysfs counters (`stats/rdma`) ([`blkinfo`]) |
 //!
 //! # Layers
 //!
@@ -19,7 +21,7 @@
 //! * [`msg`], [`payload`], [`link`]: the message descriptor and its wire frame, payload
 //!   patterns and pools, rings with end of stream;
 //! * [`stage`]: the built-in stages (generator, forwarder, fanout, sink, rsocket server and
-//!   client, RDS sender and receiver), each an lcore poller; what fails while they are built is a
+//!   client, RDS sender and receiver, RNBD server), each an lcore poller; what fails while they are built is a
 //!   [`RunError`](run::RunError), defined below both the stages and the runner;
 //! * [`run`]: building a pipeline, running its lcores, the control thread and the two-phase
 //!   stop; [`monitor`] and [`summary`]: what it reports; [`telemetry`]: the control socket;
@@ -35,6 +37,7 @@
 //!   out, and the summary says when it did.
 //! * Counters have one writer each and are read without stopping anyone ([`stats`]).
 
+pub mod blkinfo;
 pub mod check;
 pub mod config;
 pub mod demo;

@@ -518,7 +518,7 @@ pub fn run(cfg: &Config, mut opts: RunOptions) -> Result<Summary, RunError> {
                 start: shared.start,
                 config: &cfg.source,
                 hosted: &hosted,
-                rds: &res.rds_info,
+                info: &res.info,
             };
             scope.spawn(move || t.serve(&view))
         });

@@ -13,7 +13,9 @@
 //!
 //! Commands: `/` (the list), `/help,CMD`, `/info`, `/lcores`, `/stages`, `/stage,NAME`,
 //! `/progress` (the last per-second numbers), `/stats` (lcores and stages together, what
-//! `dpctl stats` prints) and `/rds` (the RDS nodes, what `dpctl rds-info` prints). DPDK uses `SOCK_SEQPACKET` for message boundaries; a newline does
+//! `dpctl stats` prints), `/rds` (the RDS nodes, what `dpctl rds-info` prints), `/rnbd` (the
+//! RNBD servers' sessions, paths and devices: `dpctl rnbd-info`) and `/rtrs` (their RTRS
+//! sessions and paths with the kernel's sysfs counters: `dpctl rtrs-info`). DPDK uses `SOCK_SEQPACKET` for message boundaries; a newline does
 //! that job here, since JSON output never contains a raw newline.
 //!
 //! Requests are served one at a time by a thread that is not an lcore; reading the counters
@@ -30,10 +32,10 @@ use lcore::{Lcores, Role as LcoreRole};
 use serde_json::{Value, json};
 
 use crate::monitor::Monitor;
-use crate::stage::RdsInfoSlot;
+use crate::stage::{InfoKind, InfoSlot};
 
-/// How long `/rds` waits for an RDS stage's lcore to answer.
-const RDS_INFO_WAIT: Duration = Duration::from_secs(1);
+/// How long `/rds`, `/rnbd` and `/rtrs` wait for a stage's lcore to answer.
+const INFO_WAIT: Duration = Duration::from_secs(1);
 
 /// Largest response line.
 pub const MAX_OUTPUT_LEN: usize = 1 << 20;
@@ -62,6 +64,18 @@ const COMMANDS: &[(&str, &str)] = &[
     (
         "/rds",
         "Per RDS stage (node): connections, sockets, counters and congestion maps, as rds-info shows them; /rds,STAGE for one.",
+    ),
+    (
+        "/rnbd",
+        "Per RNBD server stage: exports, sessions with their paths and open devices (access mode, read/write counts and sectors), as rnbd-server's sysfs; /rnbd,STAGE for one.",
+    ),
+    (
+        "/rtrs",
+        "Per RNBD server stage: its RTRS server sessions and paths (state, hca, stats/rdma counters as the kernel's sysfs); /rtrs,STAGE for one.",
+    ),
+    (
+        "/rtrs-reset",
+        "As /rtrs, after zeroing every path's counters (stats/reset_all); /rtrs-reset,STAGE for one.",
     ),
 ];
 
@@ -141,8 +155,8 @@ pub(crate) struct View<'a> {
     pub(crate) start: Instant,
     pub(crate) config: &'a str,
     pub(crate) hosted: &'a [(usize, Vec<String>)],
-    /// The RDS stages' info slots.
-    pub(crate) rds: &'a [Arc<RdsInfoSlot>],
+    /// The info slots of the RDS and RNBD stages.
+    pub(crate) info: &'a [Arc<InfoSlot>],
 }
 
 fn serve_client(s: UnixStream, view: &View<'_>) -> io::Result<()> {
@@ -202,23 +216,64 @@ pub(crate) fn handle(cmd: &str, view: &View<'_>) -> Value {
             json!(m.latest())
         }
         ("/stats", _) => json!({ "lcores": lcores(view), "stages": stages(view, None) }),
-        ("/rds", only) => {
-            let v: Vec<Value> = view
-                .rds
-                .iter()
-                .filter(|s| only.is_none_or(|n| n == s.stage()))
-                .map(|s| s.query(RDS_INFO_WAIT))
-                .collect();
-            if let Some(n) = only
-                && v.is_empty()
-            {
-                return json!({ "error": format!("no RDS stage `{n}`; /rds lists them all") });
+        ("/rds", only) => match infos(view, InfoKind::Rds, None, only, false) {
+            Ok(v) => v,
+            Err(()) => {
+                return json!({ "error": format!("no RDS stage `{}`; /rds lists them all", only.unwrap_or("")) });
             }
-            json!(v)
+        },
+        ("/rnbd" | "/rtrs" | "/rtrs-reset", only) => {
+            let (part, reset) = match name {
+                "/rnbd" => ("rnbd", false),
+                "/rtrs" => ("rtrs", false),
+                _ => ("rtrs", true),
+            };
+            match infos(view, InfoKind::Rnbd, Some(part), only, reset) {
+                Ok(v) => v,
+                Err(()) => {
+                    return json!({ "error": format!("no rnbd_server stage `{}`; {name} lists them all", only.unwrap_or("")) });
+                }
+            }
         }
         _ => return unknown(name),
     };
     json!({ cmd: body })
+}
+
+/// The snapshots of the stages of `kind` (only the one named `only`, if given), each its
+/// `part` if given (an RNBD server's snapshot holds `rnbd` and `rtrs`), after a reset of the
+/// stages' resettable counters with `reset`; `Err` if `only` names no such stage.
+fn infos(
+    view: &View<'_>,
+    kind: InfoKind,
+    part: Option<&str>,
+    only: Option<&str>,
+    reset: bool,
+) -> Result<Value, ()> {
+    let v: Vec<Value> = view
+        .info
+        .iter()
+        .filter(|s| s.kind() == kind && only.is_none_or(|n| n == s.stage()))
+        .map(|s| {
+            let mut snap = if reset {
+                s.query_reset(INFO_WAIT)
+            } else {
+                s.query(INFO_WAIT)
+            };
+            match part {
+                Some(p) if snap.get("error").is_none() => {
+                    let mut v = snap[p].take();
+                    v["stage"] = json!(s.stage());
+                    v
+                }
+                _ => snap,
+            }
+        })
+        .collect();
+    if only.is_some() && v.is_empty() {
+        return Err(());
+    }
+    Ok(json!(v))
 }
 
 fn unknown(cmd: &str) -> Value {

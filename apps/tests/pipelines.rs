@@ -7,126 +7,16 @@
 //! is run with `--mode hybrid`). Time limits are hang guards only; nothing here depends on
 //! speed.
 
+mod common;
+
 use std::collections::BTreeSet;
-use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use apps::config::Config;
 use apps::run::{ProgressOut, RunOptions};
-use apps::summary::{StageSummary, StopCause, Summary};
+use apps::summary::{StopCause, Summary};
+use common::{TempDir, dpctl, example, heavy, run_example, spawn, stage, wait};
 use serde_json::Value;
-
-static HEAVY: Mutex<()> = Mutex::new(());
-
-fn heavy() -> MutexGuard<'static, ()> {
-    HEAVY.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// A private rendezvous directory (shm provider and telemetry sockets).
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("dpctl-test-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Self(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn example(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("configs")
-        .join(name)
-}
-
-fn dpctl(dir: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dpctl"));
-    c.env("DP_SHM_DIR", dir).env_remove("XDG_RUNTIME_DIR");
-    c
-}
-
-struct Finished {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-/// Waits for `child` (spawned with piped stdout and stderr) for at most `limit`.
-fn wait(mut child: Child, limit: Duration) -> Finished {
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let ro = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let re = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "dpctl did not finish within {limit:?}; stderr:\n{}",
-                re.join().unwrap()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Finished {
-        status,
-        stdout: ro.join().unwrap(),
-        stderr: re.join().unwrap(),
-    }
-}
-
-fn spawn(mut c: Command) -> Child {
-    c.stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .stdin(Stdio::null());
-    c.spawn().unwrap()
-}
-
-/// Runs an example with `--json --quiet` and the given extra arguments; returns its summary.
-fn run_example(dir: &Path, name: &str, args: &[&str]) -> Summary {
-    let mut c = dpctl(dir);
-    c.arg("run")
-        .arg(example(name))
-        .args(["--json", "--quiet"])
-        .args(args);
-    let f = wait(spawn(c), Duration::from_secs(90));
-    assert!(
-        f.status.success(),
-        "{name}: {}\nstdout:\n{}\nstderr:\n{}",
-        f.status,
-        f.stdout,
-        f.stderr
-    );
-    serde_json::from_str(&f.stdout)
-        .unwrap_or_else(|e| panic!("{name}: summary is not JSON ({e}):\n{}", f.stdout))
-}
-
-fn stage<'a>(s: &'a Summary, name: &str) -> &'a StageSummary {
-    s.stage(name)
-        .unwrap_or_else(|| panic!("no stage {name} in {s:#?}"))
-}
 
 /// The examples each test below covers; `examples_are_all_covered` keeps this honest.
 const COVERED: &[&str] = &[
@@ -143,6 +33,8 @@ const COVERED: &[&str] = &[
     "rds-pair.toml",
     "rds-sender.toml",
     "rds-receiver.toml",
+    // Run by tests/rnbd.rs.
+    "rnbd-server.toml",
 ];
 
 #[test]
@@ -162,7 +54,7 @@ fn examples_are_all_covered() {
 #[test]
 fn example_pipeline_forwards_everything() {
     let _g = heavy();
-    let dir = TempDir::new("pipeline");
+    let dir = TempDir::new("test", "pipeline");
     let s = run_example(&dir.0, "pipeline.toml", &["--duration", "1.5"]);
     assert_eq!(s.stopped_by, StopCause::Duration);
     let sent = stage(&s, "gen").counters.out_msgs;
@@ -182,7 +74,7 @@ fn example_pipeline_forwards_everything() {
 #[test]
 fn example_fanout_pool_copies_payloads_intact() {
     let _g = heavy();
-    let dir = TempDir::new("fanout");
+    let dir = TempDir::new("test", "fanout");
     let s = run_example(&dir.0, "fanout-pool.toml", &["--duration", "1.5"]);
     let sent = stage(&s, "gen").counters.out_msgs;
     assert!(sent > 0);
@@ -199,7 +91,7 @@ fn example_fanout_pool_copies_payloads_intact() {
 #[test]
 fn example_fan_in_finishes_by_itself() {
     let _g = heavy();
-    let dir = TempDir::new("fanin");
+    let dir = TempDir::new("test", "fanin");
     let s = run_example(&dir.0, "fan-in.toml", &["--duration", "60"]);
     assert_eq!(
         s.stopped_by,
@@ -218,7 +110,7 @@ fn example_fan_in_finishes_by_itself() {
 #[test]
 fn example_perf_busy_runs_in_hybrid_mode_for_tests() {
     let _g = heavy();
-    let dir = TempDir::new("perf");
+    let dir = TempDir::new("test", "perf");
     let s = run_example(
         &dir.0,
         "perf-busy.toml",
@@ -233,7 +125,7 @@ fn example_perf_busy_runs_in_hybrid_mode_for_tests() {
 #[test]
 fn example_rsocket_echo_round_trips_every_message() {
     let _g = heavy();
-    let dir = TempDir::new("echo");
+    let dir = TempDir::new("test", "echo");
     let (json, svg) = (dir.0.join("echo.json"), dir.0.join("echo.svg"));
     let s = run_example(
         &dir.0,
@@ -276,7 +168,7 @@ fn example_rsocket_echo_round_trips_every_message() {
 #[test]
 fn example_rsocket_pair_across_two_processes() {
     let _g = heavy();
-    let dir = TempDir::new("pair");
+    let dir = TempDir::new("test", "pair");
     let mut c = dpctl(&dir.0);
     c.arg("run").arg(example("rsocket-server.toml")).args([
         "--json",
@@ -311,7 +203,7 @@ fn example_rsocket_pair_across_two_processes() {
 #[test]
 fn demo_runs_two_processes_and_reports_latency() {
     let _g = heavy();
-    let dir = TempDir::new("demo");
+    let dir = TempDir::new("test", "demo");
     let plot = dir.0.join("demo.json");
     let mut c = dpctl(&dir.0);
     c.args(["run", "--duration", "2", "--json", "--quiet", "--plot"])
@@ -343,7 +235,7 @@ fn demo_runs_two_processes_and_reports_latency() {
 #[test]
 fn stats_reads_a_running_pipeline_and_ctrl_c_stops_it_cleanly() {
     let _g = heavy();
-    let dir = TempDir::new("stats");
+    let dir = TempDir::new("test", "stats");
     let mut c = dpctl(&dir.0);
     c.arg("run")
         .arg(example("pipeline.toml"))
@@ -418,7 +310,7 @@ fn stats_reads_a_running_pipeline_and_ctrl_c_stops_it_cleanly() {
 #[test]
 fn failed_stage_stops_the_run_and_exits_1() {
     let _g = heavy();
-    let dir = TempDir::new("fail");
+    let dir = TempDir::new("test", "fail");
     let cfg = dir.0.join("fail.toml");
     std::fs::write(
         &cfg,
@@ -450,7 +342,7 @@ fn failed_stage_stops_the_run_and_exits_1() {
 
 #[test]
 fn plot_needs_a_picture_format() {
-    let dir = TempDir::new("plotfmt");
+    let dir = TempDir::new("test", "plotfmt");
     let mut c = dpctl(&dir.0);
     c.arg("run")
         .arg(example("pipeline.toml"))
@@ -466,7 +358,7 @@ fn plot_needs_a_picture_format() {
 
 #[test]
 fn bad_config_exits_2_naming_file_line_and_key() {
-    let dir = TempDir::new("bad");
+    let dir = TempDir::new("test", "bad");
     let cfg = dir.0.join("bad.toml");
     std::fs::write(&cfg, "[eal]\ncores = \"0\"\nmdoe = \"busy\"\n").unwrap();
     let mut c = dpctl(&dir.0);
@@ -482,7 +374,7 @@ fn bad_config_exits_2_naming_file_line_and_key() {
 
 #[test]
 fn check_reports_rdma_devices_and_the_rendezvous_directory() {
-    let dir = TempDir::new("check");
+    let dir = TempDir::new("test", "check");
     let mut c = dpctl(&dir.0);
     c.arg("check");
     let f = wait(spawn(c), Duration::from_secs(30));

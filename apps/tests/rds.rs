@@ -4,19 +4,14 @@
 //! Runs take one lock so that at most two hybrid-mode lcores poll at a time (2-CPU CI).
 //! Time limits are hang guards only.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+mod common;
+
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use apps::config::{Config, ConfigError, Provider, StageKind};
-use apps::summary::{StageSummary, StopCause, Summary};
-
-static HEAVY: Mutex<()> = Mutex::new(());
-
-fn heavy() -> MutexGuard<'static, ()> {
-    HEAVY.lock().unwrap_or_else(PoisonError::into_inner)
-}
+use apps::summary::StopCause;
+use common::{TempDir, dpctl, heavy, info, run_json, stage, summary, wait_socket};
 
 const HEAD: &str = "[eal]\ncores = \"0-1\"\n\n[fabric]\nprovider = \"shm\"\n\n\
                     [ring.tx]\ncapacity = 64\n\n[ring.rx]\ncapacity = 64\n\n";
@@ -143,101 +138,10 @@ fn rds_mistakes_name_the_key_and_say_what_to_do() {
     }
 }
 
-fn example(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("configs")
-        .join(name)
-}
-
-/// A private rendezvous directory (shm provider and telemetry sockets).
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("dpctl-rds-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Self(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn dpctl(dir: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dpctl"));
-    c.env("DP_SHM_DIR", dir)
-        .env_remove("XDG_RUNTIME_DIR")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .stdin(Stdio::null());
-    c
-}
-
-/// A pipeline this test started: killed (by its pid) if the test fails before collecting it.
-struct Proc(Option<Child>);
-
-impl Proc {
-    fn id(&self) -> u32 {
-        self.0.as_ref().map_or(0, Child::id)
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn run_json(c: &mut Command, name: &str, args: &[&str]) -> Proc {
-    Proc(Some(
-        c.arg("run")
-            .arg(example(name))
-            .args(["--json", "--quiet"])
-            .args(args)
-            .spawn()
-            .unwrap(),
-    ))
-}
-
-/// Waits for the pipeline (killing it after `limit`); returns its summary.
-fn summary(mut p: Proc, limit: Duration) -> Summary {
-    let mut child = p.0.take().expect("collected once");
-    let t0 = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t0.elapsed() > limit {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!("hung; stderr:\n{}", String::from_utf8_lossy(&out.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}\nstdout:\n{stdout}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{stdout}"))
-}
-
-fn stage<'a>(s: &'a Summary, name: &str) -> &'a StageSummary {
-    s.stage(name)
-        .unwrap_or_else(|| panic!("no stage {name} in {s:#?}"))
-}
-
 #[test]
 fn example_rds_pair_delivers_every_message_and_ends_by_itself() {
     let _g = heavy();
-    let dir = TempDir::new("pair");
+    let dir = TempDir::new("rds", "pair");
     let s = summary(
         run_json(&mut dpctl(&dir.0), "rds-pair.toml", &[]),
         Duration::from_secs(60),
@@ -259,7 +163,7 @@ fn example_rds_pair_delivers_every_message_and_ends_by_itself() {
 #[test]
 fn example_rds_sender_and_receiver_across_two_processes() {
     let _g = heavy();
-    let dir = TempDir::new("two");
+    let dir = TempDir::new("rds", "two");
     let receiver = run_json(
         &mut dpctl(&dir.0),
         "rds-receiver.toml",
@@ -290,38 +194,15 @@ fn example_rds_sender_and_receiver_across_two_processes() {
     assert!(sink.latency_ns.is_some());
 }
 
-/// `dpctl rds-info ARGS --pid PID` in `dir`: its exit status and stdout.
+/// `dpctl rds-info ARGS --pid PID` in `dir`: its exit status, stdout and stderr.
 fn rds_info(dir: &Path, pid: u32, args: &[&str]) -> (bool, String, String) {
-    let out = dpctl(dir)
-        .arg("rds-info")
-        .args(["--pid", &pid.to_string()])
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// Waits until `pid`'s telemetry socket is up in `dir`.
-fn wait_socket(dir: &Path, pid: u32) {
-    let sock = dir.join(format!("dpctl-{pid}.sock"));
-    let t0 = Instant::now();
-    while !sock.exists() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "no telemetry socket"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    info(dir, "rds-info", pid, args)
 }
 
 #[test]
 fn rds_info_shows_the_running_nodes_like_rds_info() {
     let _g = heavy();
-    let dir = TempDir::new("info");
+    let dir = TempDir::new("rds", "info");
     let receiver = run_json(
         &mut dpctl(&dir.0),
         "rds-receiver.toml",
@@ -403,15 +284,14 @@ fn rds_info_shows_the_running_nodes_like_rds_info() {
 #[test]
 fn rds_info_says_when_a_pipeline_has_no_rds_stages() {
     let _g = heavy();
-    let dir = TempDir::new("none");
+    let dir = TempDir::new("rds", "none");
     let p = run_json(&mut dpctl(&dir.0), "pipeline.toml", &["--duration", "60"]);
     wait_socket(&dir.0, p.id());
     let (ok, _, err) = rds_info(&dir.0, p.id(), &[]);
     assert!(!ok);
     assert!(err.contains("has no RDS stages"), "{err}");
     // Ctrl-C, by pid, ends it.
-    // SAFETY: kill(2) on the pid of the child this test started.
-    unsafe { libc::kill(p.id() as i32, libc::SIGINT) };
+    p.interrupt();
     summary(p, Duration::from_secs(30));
 }
 
@@ -453,7 +333,7 @@ fn receiver_drops_and_counts_hostile_datagrams() {
     use lcore::time::{Clock, RealClock};
 
     let _g = heavy();
-    let dir = TempDir::new("hostile");
+    let dir = TempDir::new("rds", "hostile");
     let receiver = run_json(
         &mut dpctl(&dir.0),
         "rds-receiver.toml",

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use apps::config::Config;
 use apps::demo::{self, DemoOptions};
-use apps::rdsinfo;
 use apps::run::{self, ProgressOut, RunOptions};
 use apps::telemetry::{self, Client};
+use apps::{blkinfo, rdsinfo};
 use clap::{Parser, Subcommand, ValueEnum};
 use lcore::PollMode;
 
@@ -108,6 +108,24 @@ enum Command {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// Print the RNBD servers of a running pipeline (its rnbd_server stages) as RNBD's server
+    /// sysfs shows them: exports, sessions with their paths, and each session's open devices
+    /// with access mode and read/write counts and sectors.
+    RnbdInfo {
+        #[command(flatten)]
+        target: InfoTarget,
+    },
+    /// Print the RTRS server sessions and paths of a running pipeline's rnbd_server stages
+    /// in the shape of the kernel's sysfs (/sys/class/rtrs-server/SESS/paths/PATH/): state,
+    /// hca_name, stats/rdma (read-cnt read-bytes write-cnt write-bytes) and more counters.
+    RtrsInfo {
+        /// Zero every path's counters first, as writing 1 to stats/reset_all does, and print
+        /// them from there.
+        #[arg(long)]
+        reset: bool,
+        #[command(flatten)]
+        target: InfoTarget,
+    },
     /// The demo's consumer process (started by `dpctl run` without a file).
     #[command(hide = true)]
     DemoConsumers {
@@ -118,6 +136,26 @@ enum Command {
         #[arg(long)]
         guard_secs: u64,
     },
+}
+
+/// Which pipeline and stage an info command asks, and how it prints.
+#[derive(Debug, clap::Args)]
+struct InfoTarget {
+    /// Only this stage.
+    #[arg(long)]
+    stage: Option<String>,
+    /// Print the telemetry answer as JSON.
+    #[arg(long)]
+    json: bool,
+    /// The pipeline's pid (needed when several run).
+    #[arg(long, conflicts_with = "socket")]
+    pid: Option<u32>,
+    /// The telemetry socket path.
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Where to look for sockets (default: the shm rendezvous directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
 }
 
 fn parse_plot_file(s: &str) -> Result<PathBuf, String> {
@@ -235,6 +273,11 @@ fn main() -> ExitCode {
                 congestion,
             };
             rds_info(stage.as_deref(), sections, json, pid, socket, dir)
+        }
+        Command::RnbdInfo { target } => blk_info("/rnbd", target, blkinfo::render_rnbd),
+        Command::RtrsInfo { reset, target } => {
+            let base = if reset { "/rtrs-reset" } else { "/rtrs" };
+            blk_info(base, target, blkinfo::render_rtrs)
         }
         Command::DemoConsumers {
             dir,
@@ -441,6 +484,53 @@ fn rds_info(
         return ExitCode::SUCCESS;
     }
     match rdsinfo::render(answer, sections) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e, 1),
+    }
+}
+
+/// `dpctl rnbd-info` and `rtrs-info`: `base` (`/rnbd` or `/rtrs`) asked of the pipeline,
+/// printed as JSON or by `render`.
+fn blk_info(
+    base: &str,
+    t: InfoTarget,
+    render: fn(&serde_json::Value) -> Result<String, String>,
+) -> ExitCode {
+    let (mut c, path) = match connect(t.pid, t.socket, t.dir) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let cmd = t
+        .stage
+        .as_deref()
+        .map_or_else(|| base.to_owned(), |s| format!("{base},{s}"));
+    let v = match c.query(&cmd) {
+        Ok(v) => v,
+        Err(e) => return fail(format!("querying {}: {e}", path.display()), 1),
+    };
+    if let Some(e) = v.get("error") {
+        return fail(format!("{}: {e}", path.display()), 1);
+    }
+    let Some(answer) = v.get(&cmd) else {
+        return fail(
+            format!(
+                "{} does not know `{base}` (an older dpctl?): {v}",
+                path.display()
+            ),
+            1,
+        );
+    };
+    if t.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(answer).unwrap_or_default()
+        );
+        return ExitCode::SUCCESS;
+    }
+    match render(answer) {
         Ok(text) => {
             print!("{text}");
             ExitCode::SUCCESS

@@ -9,6 +9,25 @@ use toml::de::{DeValue, ValueDeserializer};
 
 use super::error::ConfigError;
 
+/// Every key of `t` and of the tables inside it (arrays of tables included), with the span
+/// from the key to the end of its value.
+fn keys_of(t: &toml::de::DeTable<'_>, out: &mut Vec<(String, Range<usize>)>) {
+    for (k, v) in t {
+        out.push((k.get_ref().to_string(), k.span().start..v.span().end));
+        match v.get_ref() {
+            DeValue::Table(inner) => keys_of(inner, out),
+            DeValue::Array(a) => {
+                for item in a {
+                    if let DeValue::Table(inner) = item.get_ref() {
+                        keys_of(inner, out);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 /// The text being parsed, for turning spans into lines.
 pub(super) struct Doc<'a> {
     pub(super) text: &'a str,
@@ -68,10 +87,11 @@ impl<'a> Doc<'a> {
     ) -> Result<T, ConfigError> {
         let span = value.span();
         let keys: Vec<(String, Range<usize>)> = match value.get_ref() {
-            DeValue::Table(t) => t
-                .iter()
-                .map(|(k, v)| (k.get_ref().to_string(), k.span().start..v.span().end))
-                .collect(),
+            DeValue::Table(t) => {
+                let mut keys = Vec::new();
+                keys_of(t, &mut keys);
+                keys
+            }
             other => {
                 return Err(self.bad_value(
                     &span,
@@ -104,9 +124,12 @@ impl<'a> Doc<'a> {
                     section: section.to_owned(),
                 }
             } else {
+                // The innermost key around the error: a key of a sub-table (an
+                // `[[stage.NAME.export]]`) names the value better than the table's own key.
                 let key = keys
                     .iter()
-                    .find(|(_, r)| r.start <= at.start && at.start < r.end)
+                    .filter(|(_, r)| r.start <= at.start && at.start < r.end)
+                    .min_by_key(|(_, r)| r.end - r.start)
                     .map_or("?", |(k, _)| k.as_str());
                 self.bad_value(&at, section, key, msg.to_owned())
             }

@@ -33,6 +33,22 @@
 //! input = "gen_to_sink"
 //! ```
 //!
+//! An RNBD server is a stage whose devices are arrays of tables under it:
+//!
+//! ```toml
+//! [stage.blk]
+//! kind = "rnbd_server"
+//! lcore = 0
+//! listen = "10.0.0.1:1234"     # first path; `paths = N` listens on N consecutive ports
+//! dev_search_path = "/srv/rnbd"
+//!
+//! [[stage.blk.export]]         # one per device: clients open "mem0" = /srv/rnbd/mem0
+//! name = "mem0"
+//! backend = "mem"              # "mem", "null" (with `size`) or "file" (with `path`)
+//! size = "64m"
+//! access = "rw"                # the most a client may open it for: "ro", "rw", "migration"
+//! ```
+//!
 //! Every section is deserialized with unknown keys denied, so a typo is an error that names
 //! the file, the line and the key (`pipeline.toml:12: unknown key `rat` in [stage.gen]`);
 //! type errors, missing keys and values that do not fit together (a ring without a consumer,
@@ -46,7 +62,7 @@
 //!
 //! From the top down: `parse.rs` turns text into a [`Config`] (with [`Config::from_file`] and
 //! [`Config::parse`]); `validate.rs` checks the sections against each other and converts them;
-//! `rds.rs` checks the RDS stages (methods of the same checker);
+//! `rds.rs` checks the RDS stages and `rnbd.rs` the RNBD server (methods of the same checker);
 //! `doc.rs` turns spans into lines and serde errors into located ones; `raw.rs` holds the
 //! sections as serde sees them; `types.rs` the validated types and `error.rs` the errors,
 //! which import nothing of their siblings.
@@ -56,14 +72,18 @@ mod error;
 mod parse;
 mod raw;
 mod rds;
+mod rnbd;
 mod types;
 mod validate;
 
 pub use error::ConfigError;
 pub use types::{
-    ClientDef, Config, Eal, Fabric, FanoutDef, ForwarderDef, GeneratorDef, MAX_BURST, MAX_POOLS,
-    Memory, OnFull, PoolDef, Provider, RdsReceiverDef, RdsSenderDef, RingDef, ServerDef,
-    ServerMode, SinkDef, StageDef, StageKind,
+    ClientDef, Config, Eal, ExportAccess, ExportBackend, ExportDef, Fabric, FanoutDef,
+    ForwarderDef, GeneratorDef, MAX_BURST, MAX_POOLS, Memory, OnFull, PoolDef, Provider,
+    RdsReceiverDef, RdsSenderDef, RingDef, RnbdServerDef, ServerDef, ServerMode, SinkDef, StageDef,
+    StageKind,
 };
+
+pub(crate) use rnbd::chunk_size as rnbd_chunk_size;
 
 pub use crate::msg::{MAX_MSG_LEN, MIN_MSG_LEN};

@@ -16,8 +16,8 @@ use super::raw::{RawMemory, RawStage, Sections};
 use super::types::Config;
 use super::validate::Checker;
 
-const STAGE_KINDS: &str =
-    "generator, forwarder, fanout, sink, rsocket_server, rsocket_client, rds_sender, rds_receiver";
+const STAGE_KINDS: &str = "generator, forwarder, fanout, sink, rsocket_server, rsocket_client, \
+                           rds_sender, rds_receiver, rnbd_server";
 
 impl Config {
     /// Reads and validates a file.
@@ -131,6 +131,7 @@ fn stage<'a>(doc: &Doc<'a>, name: &str, v: Spanned<DeValue<'a>>) -> Result<RawSt
         "rsocket_client" => RawStage::Client(doc.section(&section, rest)?),
         "rds_sender" => RawStage::RdsSender(doc.section(&section, rest)?),
         "rds_receiver" => RawStage::RdsReceiver(doc.section(&section, rest)?),
+        "rnbd_server" => RawStage::RnbdServer(doc.section(&section, rest)?),
         other => {
             return Err(doc.bad_value(
                 &kspan,

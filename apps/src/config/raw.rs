@@ -204,6 +204,99 @@ pub(super) struct RawRdsReceiver {
     pub rcvbuf: Option<Spanned<u32>>,
 }
 
+/// `kind = "rnbd_server"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRnbdServer {
+    pub lcore: Spanned<usize>,
+    pub listen: Spanned<String>,
+    pub paths: Option<Spanned<u16>>,
+    pub dev_search_path: Option<Spanned<String>>,
+    pub queue_depth: Option<Spanned<u16>>,
+    pub max_io: Option<Spanned<RawSize>>,
+    pub always_invalidate: Option<bool>,
+    #[serde(default)]
+    pub export: Vec<RawExport>,
+}
+
+/// `[[stage.NAME.export]]`: one device of an `rnbd_server`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawExport {
+    pub name: Spanned<String>,
+    pub backend: Spanned<RawBackend>,
+    pub path: Option<Spanned<String>>,
+    pub size: Option<Spanned<RawSize>>,
+    pub access: Option<Spanned<RawAccess>>,
+}
+
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum RawBackend {
+    Null,
+    Mem,
+    File,
+}
+
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum RawAccess {
+    Ro,
+    Rw,
+    Migration,
+}
+
+/// A size: bytes as an integer, or a string with a binary suffix (`"64m"`, `"1g"`,
+/// `"128k"`, `"4096"`). `Err` holds what was wrong, reported with the key's line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct RawSize(pub Result<u64, String>);
+
+impl<'de> Deserialize<'de> for RawSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = RawSize;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a size: bytes, or a string such as \"64m\"")
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<RawSize, E> {
+                Ok(RawSize(
+                    u64::try_from(v).map_err(|_| format!("{v} is negative")),
+                ))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<RawSize, E> {
+                Ok(RawSize(Ok(v)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RawSize, E> {
+                Ok(RawSize(parse_size(v)))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `"64m"` and the like: a number with an optional `k`, `m`, `g` or `t` (powers of 1024,
+/// an `i`/`ib`/`b` after it allowed: `64MiB`).
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let t = t
+        .strip_suffix("ib")
+        .or_else(|| t.strip_suffix('b'))
+        .unwrap_or(&t);
+    let (num, shift) = match t.chars().last() {
+        Some('k') => (&t[..t.len() - 1], 10),
+        Some('m') => (&t[..t.len() - 1], 20),
+        Some('g') => (&t[..t.len() - 1], 30),
+        Some('t') => (&t[..t.len() - 1], 40),
+        _ => (t, 0),
+    };
+    let bad = || {
+        format!("`{s}` is not a size; write bytes (4096) or a number with k, m, g or t (\"64m\")")
+    };
+    let n: u64 = num.trim().replace('_', "").parse().map_err(|_| bad())?;
+    n.checked_mul(1u64 << shift).ok_or_else(bad)
+}
+
 /// Parsed sections before cross-checks.
 pub(super) struct Sections {
     pub(super) eal: Option<(RawEal, Range<usize>)>,
@@ -223,6 +316,7 @@ pub(super) enum RawStage {
     Client(RawClient),
     RdsSender(RawRdsSender),
     RdsReceiver(RawRdsReceiver),
+    RnbdServer(RawRnbdServer),
 }
 
 impl RawStage {
@@ -236,6 +330,7 @@ impl RawStage {
             Self::Client(s) => &s.lcore,
             Self::RdsSender(s) => &s.lcore,
             Self::RdsReceiver(s) => &s.lcore,
+            Self::RnbdServer(s) => &s.lcore,
         }
     }
 }

@@ -157,6 +157,8 @@ pub enum StageKind {
     RdsSender(RdsSenderDef),
     /// Receives RDS datagrams on a bound address:port and puts them on a ring.
     RdsReceiver(RdsReceiverDef),
+    /// Serves block devices to RNBD clients over RTRS.
+    RnbdServer(RnbdServerDef),
 }
 
 impl StageKind {
@@ -171,13 +173,17 @@ impl StageKind {
             Self::RsocketClient(_) => "rsocket_client",
             Self::RdsSender(_) => "rds_sender",
             Self::RdsReceiver(_) => "rds_receiver",
+            Self::RnbdServer(_) => "rnbd_server",
         }
     }
 
     /// The rings the stage reads.
     pub fn inputs(&self) -> Vec<&str> {
         match self {
-            Self::Generator(_) | Self::RsocketServer(_) | Self::RdsReceiver(_) => vec![],
+            Self::Generator(_)
+            | Self::RsocketServer(_)
+            | Self::RdsReceiver(_)
+            | Self::RnbdServer(_) => vec![],
             Self::Forwarder(f) => vec![&f.input],
             Self::Fanout(f) => vec![&f.input],
             Self::Sink(s) => vec![&s.input],
@@ -192,7 +198,7 @@ impl StageKind {
             Self::Generator(g) => vec![&g.output],
             Self::Forwarder(f) => vec![&f.output],
             Self::Fanout(f) => f.outputs.iter().map(String::as_str).collect(),
-            Self::Sink(_) | Self::RdsSender(_) => vec![],
+            Self::Sink(_) | Self::RdsSender(_) | Self::RnbdServer(_) => vec![],
             Self::RsocketServer(s) => s.output.iter().map(String::as_str).collect(),
             Self::RsocketClient(c) => c.output.iter().map(String::as_str).collect(),
             Self::RdsReceiver(r) => vec![&r.output],
@@ -343,6 +349,83 @@ pub struct RdsReceiverDef {
     pub burst: usize,
     /// `SO_RCVBUF` of the socket.
     pub rcvbuf: u32,
+}
+
+/// `kind = "rnbd_server"`: an RNBD server (Linux `rnbd-server` compatible) on an RTRS
+/// server, serving `exports` to every client session that connects to `listen`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RnbdServerDef {
+    /// One listener per path: `listen`, then the next `paths - 1` ports.
+    pub listen: Vec<SocketAddr>,
+    /// The directory device names are resolved under (the kernel's `dev_search_path`).
+    pub dev_search_path: String,
+    /// RTRS `sess_queue_depth`: chunks (IOs in flight) per session.
+    pub queue_depth: u16,
+    /// Largest IO in bytes; the RTRS chunk is this plus the header room, rounded up to a
+    /// power of two.
+    pub max_io: u32,
+    /// RTRS `always_invalidate`.
+    pub always_invalidate: bool,
+    /// The devices, in file order.
+    pub exports: Vec<ExportDef>,
+}
+
+/// One `[[stage.NAME.export]]` of an `rnbd_server`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportDef {
+    /// The name clients open (the kernel's `device_path=`), relative to `dev_search_path`.
+    pub name: String,
+    /// `dev_search_path` joined with `name`: the path the server matches opens against.
+    pub path: PathBuf,
+    /// Where the blocks live.
+    pub backend: ExportBackend,
+    /// The most a client may open it for.
+    pub access: ExportAccess,
+    /// Line of the export's `name`, for errors found when the device is made.
+    pub line: usize,
+}
+
+/// Where an export's blocks live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExportBackend {
+    /// No storage: every IO completes at once (reads return what the buffer held). For
+    /// measuring the transport.
+    Null {
+        /// Size in bytes.
+        size: u64,
+    },
+    /// A RAM disk in a mempool region (hugepages when reserved).
+    Mem {
+        /// Size in bytes.
+        size: u64,
+    },
+    /// A file or block device through `io_uring` (`O_DIRECT`, a kernel polling thread).
+    File {
+        /// The file or device.
+        path: PathBuf,
+    },
+}
+
+/// The modes an export may be opened in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportAccess {
+    /// Read-only opens only; writes are refused (`EPERM`).
+    Ro,
+    /// Read-only opens and one read-write open at a time.
+    Rw,
+    /// Also migration opens (two writers), the kernel's rule.
+    Migration,
+}
+
+impl ExportAccess {
+    /// As written in files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Ro => "ro",
+            Self::Rw => "rw",
+            Self::Migration => "migration",
+        }
+    }
 }
 
 impl Config {

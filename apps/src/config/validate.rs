@@ -728,6 +728,12 @@ impl<'d, 'a> Checker<'d, 'a> {
                     self.rds_node(&mut rds_nodes, &name, &section, &r.bind, def.bind)?;
                     StageKind::RdsReceiver(def)
                 }
+                RawStage::RnbdServer(r) => {
+                    if !have_fabric {
+                        return Err(self.no_fabric(&span, &section));
+                    }
+                    StageKind::RnbdServer(self.rnbd_server(&section, &r, &mut listens, &name)?)
+                }
             };
             out.push(StageDef {
                 name,
@@ -744,7 +750,7 @@ impl<'d, 'a> Checker<'d, 'a> {
             span,
             section,
             "kind",
-            "rsocket and RDS stages need a [fabric] section; add `[fabric]` with `provider = \"shm\"`"
+            "rsocket, RDS and RNBD stages need a [fabric] section; add `[fabric]` with `provider = \"shm\"`"
                 .to_owned(),
         )
     }

@@ -9,7 +9,9 @@ use mempool::pool::Pool;
 use super::env::{FabricDev, Stage, StartGate};
 use super::forward::{Fanout, Forwarder};
 use super::generator::Generator;
-use super::rds::{self, RdsInfoSlot, RdsReceiver, RdsSender};
+use super::info::{InfoKind, InfoSlot};
+use super::rds::{self, RdsReceiver, RdsSender};
+use super::rnbd;
 use super::rsocket;
 use super::sink::Sink;
 use crate::config::{Config, ServerMode, StageKind};
@@ -45,8 +47,9 @@ pub struct Resources {
     pub fabric: Option<FabricDev>,
     /// The start gate of the rsocket clients.
     pub gate: StartGate,
-    /// The info slots of the RDS stages, for `dpctl rds-info` (filled by [`build`]).
-    pub rds_info: Vec<Arc<RdsInfoSlot>>,
+    /// The info slots of the RDS and RNBD stages, for `dpctl rds-info`, `rnbd-info` and
+    /// `rtrs-info` (filled by [`build`]).
+    pub info: Vec<Arc<InfoSlot>>,
     txs: HashMap<String, Vec<Tx>>,
     rxs: HashMap<String, Rx>,
 }
@@ -92,7 +95,7 @@ impl Resources {
             pools,
             fabric,
             gate: StartGate::new(clients),
-            rds_info: Vec::new(),
+            info: Vec::new(),
             txs,
             rxs,
         })
@@ -217,8 +220,8 @@ pub fn build(cfg: &Config, res: &mut Resources) -> Result<Vec<Built>, RunError> 
                 let node = rds::node(fabric, &s.name, d.bind.ip(), d.sndbuf)?;
                 let input = res.rx(&d.input);
                 let payloads = Payloads::new(&res.pools);
-                let info = RdsInfoSlot::new(stats.clone());
-                res.rds_info.push(info.clone());
+                let info = InfoSlot::new(stats.clone(), InfoKind::Rds);
+                res.info.push(info.clone());
                 let st = RdsSender::new(node, d, input, payloads, stats.clone(), info)?;
                 (Box::new(st), stats)
             }
@@ -229,10 +232,18 @@ pub fn build(cfg: &Config, res: &mut Resources) -> Result<Vec<Built>, RunError> 
                 let out = res.tx(&d.output);
                 let pool = res.pool_byte(cfg, d.pool.as_deref());
                 let payloads = Payloads::new(&res.pools);
-                let info = RdsInfoSlot::new(stats.clone());
-                res.rds_info.push(info.clone());
+                let info = InfoSlot::new(stats.clone(), InfoKind::Rds);
+                res.info.push(info.clone());
                 let st = RdsReceiver::new(node, d, out, pool, payloads, stats.clone(), info)?;
                 (Box::new(st), stats)
+            }
+            StageKind::RnbdServer(d) => {
+                let stats = StageStats::new(&s.name, kind, s.lcore, Role::Terminal, false);
+                let fabric = res.fabric.as_ref().ok_or(RunError::NoFabric)?;
+                let info = InfoSlot::new(stats.clone(), InfoKind::Rnbd);
+                res.info.push(info.clone());
+                let st = rnbd::server(fabric, d, &cfg.source, stats.clone(), info)?;
+                (st, stats)
             }
         };
         out.push(Built {

@@ -24,13 +24,16 @@
 //!
 //! `build.rs` builds the stages of a config ([`build`]) from the stage files; each stage file
 //! is written against `env.rs` ([`Stage`], [`StageIo`], [`StartGate`], [`FabricDev`]), which
-//! uses none of its siblings.
+//! uses none of its siblings, and the stages the operator commands inspect answer through
+//! `info.rs` ([`InfoSlot`]).
 
 mod build;
 mod env;
 mod forward;
 mod generator;
+mod info;
 mod rds;
+mod rnbd;
 mod rsocket;
 mod sink;
 
@@ -38,6 +41,8 @@ pub use build::{Built, Resources, build};
 pub use env::{FabricDev, Stage, StageIo, StartGate, stamp_now};
 pub use forward::{Fanout, Forwarder};
 pub use generator::Generator;
-pub use rds::{END_OF_STREAM, RdsInfoSlot, RdsReceiver, RdsSender};
+pub use info::{InfoKind, InfoSlot};
+pub use rds::{END_OF_STREAM, RdsReceiver, RdsSender};
+pub use rnbd::RnbdStage;
 pub use rsocket::{RsClient, RsServer};
 pub use sink::Sink;

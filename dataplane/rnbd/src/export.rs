@@ -66,6 +66,11 @@ impl SearchPath {
         Ok(Self(p))
     }
 
+    /// The search path as given.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
     /// Resolves `dev_name` for session `sessname` (`rnbd_srv_get_full_path`): the search
     /// path up to `%SESSNAME%`, then `/<sessname>/<dev_name>` when it holds the token;
     /// otherwise `<search path>/<dev_name>`; then every run of slashes squeezed to one.
@@ -124,24 +129,49 @@ pub struct Device<B> {
     open_write_cnt: u32,
     /// Opens of any mode right now.
     open_cnt: u32,
+    /// The most this device allows (see [`Device::set_max_access`]).
+    max_access: AccessMode,
 }
 
 impl<B> Device<B> {
-    /// A device nobody has open.
+    /// A device nobody has open, allowing every mode (the kernel's rules).
     pub fn new(backend: B) -> Self {
         Self {
             backend,
             open_write_cnt: 0,
             open_cnt: 0,
+            max_access: AccessMode::Migration,
         }
     }
 
-    /// Checks and records an open in `mode` (`rnbd_srv_check_update_open_perm`).
+    /// Limits the modes this device may be opened in, as an operator exports a device
+    /// read-only: `Ro` allows read-only opens only, `Rw` read-only and read-write opens,
+    /// `Migration` (the default, the kernel's behaviour) all three. Opens above the limit
+    /// are refused with `EPERM`, as the kernel refuses a second writer.
+    pub fn set_max_access(&mut self, max: AccessMode) {
+        self.max_access = max;
+    }
+
+    /// The most this device allows.
+    pub fn max_access(&self) -> AccessMode {
+        self.max_access
+    }
+
+    /// Checks and records an open in `mode` (`rnbd_srv_check_update_open_perm`), within
+    /// the device's [`Device::max_access`].
     ///
     /// # Errors
-    /// [`OpenError::Permission`] if the mode conflicts with the current writers, or the
-    /// mode is not one the protocol has.
+    /// [`OpenError::Permission`] if the mode conflicts with the current writers, exceeds
+    /// the device's limit, or is not one the protocol has.
     pub fn check_open(&mut self, mode: AccessMode) -> Result<(), OpenError> {
+        let allowed = match (self.max_access, mode) {
+            (AccessMode::Ro, m) => m == AccessMode::Ro,
+            (AccessMode::Rw, m) => matches!(m, AccessMode::Ro | AccessMode::Rw),
+            _ => true,
+        };
+        if !allowed {
+            return Err(OpenError::Permission);
+        }
         match mode {
             AccessMode::Ro => {}
             AccessMode::Rw if self.open_write_cnt == 0 => self.open_write_cnt += 1,
@@ -205,6 +235,11 @@ impl<B> Exports<B> {
                 self.devices.push((path, Device::new(backend)));
             }
         }
+    }
+
+    /// The device at index `id`.
+    pub fn by_id(&self, id: usize) -> Option<&Device<B>> {
+        self.devices.get(id).map(|(_, d)| d)
     }
 
     /// The index of the device at `path`.
@@ -332,6 +367,28 @@ mod tests {
             Err(OpenError::Permission)
         );
         assert_eq!(OpenError::Permission.errno(), libc::EPERM);
+    }
+
+    #[test]
+    fn max_access_limits_the_modes_an_export_allows() {
+        let mut d = Device::new(());
+        d.set_max_access(AccessMode::Ro);
+        assert_eq!(d.check_open(AccessMode::Rw), Err(OpenError::Permission));
+        assert_eq!(
+            d.check_open(AccessMode::Migration),
+            Err(OpenError::Permission)
+        );
+        d.check_open(AccessMode::Ro).unwrap();
+        assert_eq!((d.open_count(), d.writers()), (1, 0));
+        let mut d = Device::new(());
+        d.set_max_access(AccessMode::Rw);
+        assert_eq!(
+            d.check_open(AccessMode::Migration),
+            Err(OpenError::Permission)
+        );
+        d.check_open(AccessMode::Rw).unwrap();
+        d.check_open(AccessMode::Ro).unwrap();
+        assert_eq!(d.max_access(), AccessMode::Rw);
     }
 
     #[test]

@@ -43,6 +43,44 @@ pub struct SessDev {
     pub name: Vec<u8>,
     /// How it is open.
     pub mode: AccessMode,
+    /// The IOs this session submitted to the device.
+    pub stats: DevStats,
+}
+
+/// IOs one session submitted to one device's backend (what a client's
+/// `/sys/block/rnbdN/stat` counts, seen from the server).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DevStats {
+    /// Reads.
+    pub reads: u64,
+    /// Sectors (512 bytes) read.
+    pub read_sectors: u64,
+    /// Writes (write-zeroes included).
+    pub writes: u64,
+    /// Sectors written.
+    pub write_sectors: u64,
+    /// Flushes.
+    pub flushes: u64,
+    /// Discards (secure erase included).
+    pub discards: u64,
+}
+
+impl DevStats {
+    fn count(&mut self, op: BlkOp, len: u32) {
+        let sectors = u64::from(len) / SECTOR;
+        match op {
+            BlkOp::Read => {
+                self.reads += 1;
+                self.read_sectors += sectors;
+            }
+            BlkOp::Write | BlkOp::WriteZeroes => {
+                self.writes += 1;
+                self.write_sectors += sectors;
+            }
+            BlkOp::Flush => self.flushes += 1,
+            BlkOp::Discard => self.discards += 1,
+        }
+    }
 }
 
 /// Counters of one session.
@@ -194,6 +232,7 @@ impl ServerSession {
                             export,
                             name: name.to_vec(),
                             mode,
+                            stats: DevStats::default(),
                         },
                     );
                     (id, path)
@@ -251,7 +290,7 @@ impl ServerSession {
         chunk: *mut u8,
         chunk_len: usize,
     ) -> Option<i32> {
-        let Some(dev) = self.devices.get(&io.device_id) else {
+        let Some(dev) = self.devices.get_mut(&io.device_id) else {
             self.stats.unknown_device += 1;
             return Some(libc::ENOTCONN);
         };
@@ -307,6 +346,7 @@ impl ServerSession {
         match unsafe { d.backend.submit(blk) } {
             Ok(()) => {
                 self.stats.ios += 1;
+                dev.stats.count(op, io.bi_size);
                 None
             }
             Err(_) => Some(libc::EAGAIN),

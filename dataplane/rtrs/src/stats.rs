@@ -172,6 +172,13 @@ impl ServerPathStats {
         self.protocol_errors += 1;
         self.last_violation = Some(v);
     }
+
+    /// Every counter back to zero, as writing 1 to the client's `stats/reset_all` does (the
+    /// kernel's server has no such file; this lets an operator start a measurement window
+    /// on the server too).
+    pub fn reset_all(&mut self) {
+        *self = Self::default();
+    }
 }
 
 /// A `Display` from a closure: formats without building a `String`.
@@ -203,5 +210,8 @@ mod tests {
         let mut v = ServerPathStats::default();
         v.rdma.add(false, 7);
         assert_eq!(v.rdma_sysfs().to_string(), "0 0 1 7\n");
+        v.hb_sent = 3;
+        v.reset_all();
+        assert_eq!(v, ServerPathStats::default());
     }
 }

@@ -1,89 +1,22 @@
 //! What `dpctl rds-info` shows of a running RDS stage: the sections of Linux `rds-info`
 //! (connections, sockets, counters) and the node's congestion maps, taken on the stage's own
-//! lcore when the telemetry thread asks.
-//!
-//! A node belongs to its lcore (`&mut`), so the telemetry thread never touches it: it raises
-//! the request flag of the stage's [`RdsInfoSlot`] and waits; the stage sees the flag on its
-//! next poll (one relaxed load per poll when nobody asks), writes a snapshot into the slot and
-//! lowers the flag. Building the snapshot allocates, on the lcore, once per operator request:
-//! control path, not data path.
+//! lcore through its [`InfoSlot`] (see `stage/info.rs`).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
 
 use dataplane::rds::node::RdsNode;
 use dataplane::rds::{PathId, RdsSocket, TransportKind};
 use serde_json::{Value, json};
 
-use crate::stats::StageStats;
+use crate::stage::info::InfoSlot;
 
 /// Ports of a congestion map listed by name (the count is always given).
 const MAX_LISTED_PORTS: usize = 32;
 
-/// The meeting point of one RDS stage and the telemetry thread.
-#[derive(Debug)]
-pub struct RdsInfoSlot {
-    stats: Arc<StageStats>,
-    want: AtomicBool,
-    snap: Mutex<Option<Value>>,
-}
-
-impl RdsInfoSlot {
-    pub(crate) fn new(stats: Arc<StageStats>) -> Arc<Self> {
-        Arc::new(Self {
-            stats,
-            want: AtomicBool::new(false),
-            snap: Mutex::new(None),
-        })
-    }
-
-    /// The stage's name.
-    pub fn stage(&self) -> &str {
-        &self.stats.name
-    }
-
-    /// Asks the stage for a snapshot and waits up to `timeout` for it. A stage that has
-    /// finished is polled no more: its answer says so.
-    pub fn query(&self, timeout: Duration) -> Value {
-        if self.stats.is_finished() {
-            return json!({ "stage": self.stage(), "error": "the stage has finished; its node is no longer polled" });
-        }
-        *self.snap.lock().unwrap_or_else(PoisonError::into_inner) = None;
-        // Release/Acquire: pairs with `publish`, which writes the snapshot before lowering
-        // the flag.
-        self.want.store(true, Ordering::Release);
-        let t0 = Instant::now();
-        while self.want.load(Ordering::Acquire) {
-            if t0.elapsed() > timeout {
-                self.want.store(false, Ordering::Relaxed);
-                return json!({ "stage": self.stage(), "error": format!("no answer from the stage's lcore within {timeout:?}") });
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        self.snap
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-            .unwrap_or_else(|| json!({ "stage": self.stage(), "error": "no snapshot" }))
-    }
-
-    /// Whether the telemetry thread is waiting for a snapshot.
-    #[inline]
-    pub(crate) fn wanted(&self) -> bool {
-        // Relaxed: a hint checked every poll; `publish` orders the data.
-        self.want.load(Ordering::Relaxed)
-    }
-
-    fn publish(&self, v: Value) {
-        *self.snap.lock().unwrap_or_else(PoisonError::into_inner) = Some(v);
-        self.want.store(false, Ordering::Release);
-    }
-
+impl InfoSlot {
     /// Takes a snapshot of `node` (the stage's socket is `sock`; a sender names its `dest`)
     /// and hands it over. Called from the stage's poll when [`Self::wanted`].
-    pub(crate) fn answer(
+    pub(crate) fn answer_rds(
         &self,
         node: &mut RdsNode,
         sock: RdsSocket,

@@ -14,7 +14,8 @@
 //! N of them. Datagrams that are neither are a peer's bytes that failed the frame check: they
 //! are dropped and counted (`dropped`), never trusted.
 //!
-//! `info.rs` answers `dpctl rds-info` ([`RdsInfoSlot`]) from the stage's lcore.
+//! `info.rs` answers `dpctl rds-info` from the stage's lcore, through the stage's `InfoSlot`
+//! (`stage/info.rs`).
 
 mod info;
 mod receiver;
@@ -27,7 +28,6 @@ use dataplane::rds::fabric::{FabricConfig, FabricTransport};
 use dataplane::rds::node::RdsNode;
 use dataplane::rds::{RdsConfig, RdsEngine, TransportSpec};
 
-pub use info::RdsInfoSlot;
 pub use receiver::RdsReceiver;
 pub use sender::RdsSender;
 

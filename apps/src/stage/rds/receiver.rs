@@ -23,13 +23,13 @@ use dataplane::rds::{PathId, RdsError, RdsSocket, Received, RecvFlags};
 use mempool::pool::ObjId;
 
 use super::END_OF_STREAM;
-use super::info::RdsInfoSlot;
 use crate::config::RdsReceiverDef;
 use crate::error::RunError;
 use crate::link::Tx;
 use crate::msg::{self, HEADER_LEN, MAX_MSG_LEN, Msg};
 use crate::payload::{self, Payloads};
 use crate::stage::env::{Stage, StageIo, push_pending};
+use crate::stage::info::InfoSlot;
 use crate::stats::StageStats;
 
 /// `kind = "rds_receiver"`: receives RDS datagrams on one bound socket and forwards them.
@@ -50,7 +50,7 @@ pub struct RdsReceiver {
     buf: Box<[u8]>,
     senders: Option<u32>,
     ended: u32,
-    info: Arc<RdsInfoSlot>,
+    info: Arc<InfoSlot>,
     finished: bool,
 }
 
@@ -76,7 +76,7 @@ impl RdsReceiver {
         pool: u8,
         payloads: Payloads,
         stats: Arc<StageStats>,
-        info: Arc<RdsInfoSlot>,
+        info: Arc<InfoSlot>,
     ) -> Result<Self, RunError> {
         let sock = super::bind_socket(&mut node, &stats.name, def.bind)?;
         Ok(Self {
@@ -230,7 +230,7 @@ impl Stage for RdsReceiver {
         }
         if self.info.wanted() {
             self.info
-                .answer(&mut self.node, self.sock, "receiver", None);
+                .answer_rds(&mut self.node, self.sock, "receiver", None);
         }
         while let Some(ev) = self.node.engine_mut().poll_event() {
             if ev.sock == self.sock && ev.ready.readable() {

@@ -23,13 +23,13 @@ use dataplane::rds::{RdsError, RdsSocket, SendFlags};
 use lcore::time::{Instant, duration_to_nanos};
 
 use super::END_OF_STREAM;
-use super::info::RdsInfoSlot;
 use crate::config::RdsSenderDef;
 use crate::error::RunError;
 use crate::link::Rx;
 use crate::msg::{self, HEADER_LEN, MAX_MSG_LEN, Msg};
 use crate::payload::{self, Payloads};
 use crate::stage::env::{Stage, StageIo};
+use crate::stage::info::InfoSlot;
 use crate::stats::StageStats;
 
 /// How long the last acknowledgements may take before the stage gives up.
@@ -70,7 +70,7 @@ pub struct RdsSender {
     buf: Box<[u8]>,
     held: usize,
     phase: Phase,
-    info: Arc<RdsInfoSlot>,
+    info: Arc<InfoSlot>,
     finished: bool,
 }
 
@@ -96,7 +96,7 @@ impl RdsSender {
         input: Rx,
         payloads: Payloads,
         stats: Arc<StageStats>,
-        info: Arc<RdsInfoSlot>,
+        info: Arc<InfoSlot>,
     ) -> Result<Self, RunError> {
         let sock = super::bind_socket(&mut node, &stats.name, def.bind)?;
         Ok(Self {
@@ -280,7 +280,7 @@ impl Stage for RdsSender {
         }
         if self.info.wanted() {
             self.info
-                .answer(&mut self.node, self.sock, "sender", Some(self.dest));
+                .answer_rds(&mut self.node, self.sock, "sender", Some(self.dest));
         }
         // Readiness events are not needed (the sender retries each poll); drain them so the
         // queue stays short.

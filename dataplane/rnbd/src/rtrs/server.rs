@@ -112,6 +112,17 @@ impl<P: Provider, B: Backend> RnbdServer<P, B> {
         self.stats
     }
 
+    /// Resets the RTRS counters of every path (`stats/reset_all`).
+    pub fn reset_rtrs_stats(&mut self) {
+        self.srv.reset_path_stats();
+    }
+
+    /// Closes every path of every session (the server is going away): each session's
+    /// devices are closed as its last path goes down, on later polls.
+    pub fn close(&mut self, now: Instant) {
+        self.srv.close(now, &mut self.drv);
+    }
+
     /// Backend IOs in flight.
     pub fn in_flight(&self) -> usize {
         self.pending.len() - self.free.len()

@@ -340,3 +340,35 @@ fn test_discard_and_write_zeroes_are_dataless() {
     );
     assert!(r.iter().all(|&x| x == 0));
 }
+
+/// Each open device counts the IOs its session submitted to the backend, in sectors as a
+/// block device's `stat` does (one the backend then fails is counted; one the session
+/// refuses is not).
+#[test]
+fn test_device_counts_reads_and_writes_in_sectors() {
+    let mut e = exports();
+    let mut s = ServerSession::new("s1");
+    let id = open(&mut s, &mut e, b"disk0", AccessMode::Rw)
+        .unwrap()
+        .device_id;
+    let mut w = vec![1u8; 4096];
+    let wr = Rw::new(Op::Write, 0);
+    assert_eq!(io(&mut s, &mut e, Dir::Write, id, wr, 0, &mut w), 0);
+    assert_eq!(io(&mut s, &mut e, Dir::Write, id, wr, 8, &mut w), 0);
+    let mut r = vec![0u8; 1024];
+    let rd = Rw::new(Op::Read, 0);
+    assert_eq!(io(&mut s, &mut e, Dir::Read, id, rd, 0, &mut r), 0);
+    // Out of range: submitted, failed by the backend.
+    let mut far = vec![0u8; 512];
+    let far_rc = io(&mut s, &mut e, Dir::Read, id, rd, 1 << 40, &mut far);
+    assert_eq!(far_rc, libc::EINVAL);
+    // The wrong direction for a write: refused by the session, not counted.
+    assert_eq!(
+        io(&mut s, &mut e, Dir::Read, id, wr, 0, &mut w),
+        libc::EINVAL
+    );
+    let st = s.devices()[&id].stats;
+    assert_eq!((st.writes, st.write_sectors), (2, 16));
+    assert_eq!((st.reads, st.read_sectors), (2, 3));
+    assert_eq!((st.flushes, st.discards), (0, 0));
+}

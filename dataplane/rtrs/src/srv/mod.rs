@@ -645,6 +645,13 @@ impl Server {
         Some(self.paths[self.path_index(id)?].as_ref()?.state)
     }
 
+    /// Resets every path's counters ([`ServerPathStats::reset_all`]).
+    pub fn reset_path_stats(&mut self) {
+        for p in self.paths.iter_mut().flatten() {
+            p.stats.reset_all();
+        }
+    }
+
     /// A path's counters.
     pub fn path_stats(&self, id: PathId) -> Option<&ServerPathStats> {
         Some(&self.paths[self.path_index(id)?].as_ref()?.stats)
