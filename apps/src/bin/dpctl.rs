@@ -92,21 +92,8 @@ enum Command {
         /// Congestion maps.
         #[arg(short = 'g')]
         congestion: bool,
-        /// Only this stage.
-        #[arg(long)]
-        stage: Option<String>,
-        /// Print the telemetry answer as JSON.
-        #[arg(long)]
-        json: bool,
-        /// The pipeline's pid (needed when several run).
-        #[arg(long, conflicts_with = "socket")]
-        pid: Option<u32>,
-        /// The telemetry socket path.
-        #[arg(long)]
-        socket: Option<PathBuf>,
-        /// Where to look for sockets (default: the shm rendezvous directory).
-        #[arg(long)]
-        dir: Option<PathBuf>,
+        #[command(flatten)]
+        target: InfoTarget,
     },
     /// Print the RNBD servers of a running pipeline (its rnbd_server stages) as RNBD's server
     /// sysfs shows them: exports, sessions with their paths, and each session's open devices
@@ -260,11 +247,7 @@ fn main() -> ExitCode {
             sockets,
             connections,
             congestion,
-            stage,
-            json,
-            pid,
-            socket,
-            dir,
+            target,
         } => {
             let sections = rdsinfo::Sections {
                 connections,
@@ -272,12 +255,12 @@ fn main() -> ExitCode {
                 counters,
                 congestion,
             };
-            rds_info(stage.as_deref(), sections, json, pid, socket, dir)
+            info_cmd("/rds", target, |v| rdsinfo::render(v, sections))
         }
-        Command::RnbdInfo { target } => blk_info("/rnbd", target, blkinfo::render_rnbd),
+        Command::RnbdInfo { target } => info_cmd("/rnbd", target, blkinfo::render_rnbd),
         Command::RtrsInfo { reset, target } => {
             let base = if reset { "/rtrs-reset" } else { "/rtrs" };
-            blk_info(base, target, blkinfo::render_rtrs)
+            info_cmd(base, target, blkinfo::render_rtrs)
         }
         Command::DemoConsumers {
             dir,
@@ -447,57 +430,12 @@ fn stats(cmd: &str, pid: Option<u32>, socket: Option<PathBuf>, dir: Option<PathB
     }
 }
 
-fn rds_info(
-    stage: Option<&str>,
-    sections: rdsinfo::Sections,
-    json: bool,
-    pid: Option<u32>,
-    socket: Option<PathBuf>,
-    dir: Option<PathBuf>,
-) -> ExitCode {
-    let (mut c, path) = match connect(pid, socket, dir) {
-        Ok(x) => x,
-        Err(code) => return code,
-    };
-    let cmd = stage.map_or_else(|| "/rds".to_owned(), |s| format!("/rds,{s}"));
-    let v = match c.query(&cmd) {
-        Ok(v) => v,
-        Err(e) => return fail(format!("querying {}: {e}", path.display()), 1),
-    };
-    if let Some(e) = v.get("error") {
-        return fail(format!("{}: {e}", path.display()), 1);
-    }
-    let Some(answer) = v.get(&cmd) else {
-        return fail(
-            format!(
-                "{} does not know `/rds` (an older dpctl?): {v}",
-                path.display()
-            ),
-            1,
-        );
-    };
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(answer).unwrap_or_default()
-        );
-        return ExitCode::SUCCESS;
-    }
-    match rdsinfo::render(answer, sections) {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => fail(e, 1),
-    }
-}
-
-/// `dpctl rnbd-info` and `rtrs-info`: `base` (`/rnbd` or `/rtrs`) asked of the pipeline,
-/// printed as JSON or by `render`.
-fn blk_info(
+/// `dpctl rds-info`, `rnbd-info` and `rtrs-info`: `base` (`/rds`, `/rnbd`, `/rtrs`) asked
+/// of the pipeline, printed as JSON or by `render`.
+fn info_cmd(
     base: &str,
     t: InfoTarget,
-    render: fn(&serde_json::Value) -> Result<String, String>,
+    render: impl FnOnce(&serde_json::Value) -> Result<String, String>,
 ) -> ExitCode {
     let (mut c, path) = match connect(t.pid, t.socket, t.dir) {
         Ok(x) => x,
