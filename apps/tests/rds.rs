@@ -9,9 +9,9 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use apps::config::{Config, ConfigError, Provider, StageKind};
+use apps::config::{Config, Provider, StageKind};
 use apps::summary::StopCause;
-use common::{TempDir, dpctl, heavy, info, run_json, stage, summary, wait_socket};
+use common::{TempDir, dpctl, err, heavy, info, key_of, run_json, stage, summary, wait_socket};
 
 const HEAD: &str = "[eal]\ncores = \"0-1\"\n\n[fabric]\nprovider = \"shm\"\n\n\
                     [ring.tx]\ncapacity = 64\n\n[ring.rx]\ncapacity = 64\n\n";
@@ -29,23 +29,6 @@ fn rds(s: &str, r: &str) -> String {
 
 const OK_S: &str = "bind = \"10.0.0.1:0\"\ndest = \"10.0.0.2:4000\"";
 const OK_R: &str = "bind = \"10.0.0.2:4000\"";
-
-fn err(body: &str) -> ConfigError {
-    match Config::parse(body, "t.toml") {
-        Ok(c) => panic!("accepted a bad config: {c:#?}"),
-        Err(e) => e,
-    }
-}
-
-fn key_of(e: &ConfigError) -> &str {
-    match e {
-        ConfigError::Invalid { key, .. }
-        | ConfigError::BadValue { key, .. }
-        | ConfigError::MissingKey { key, .. }
-        | ConfigError::UnknownKey { key, .. } => key,
-        other => panic!("no key in {other:?}"),
-    }
-}
 
 #[test]
 fn rds_stages_parse_with_their_defaults() {

@@ -9,9 +9,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use apps::config::{Config, ConfigError, ExportAccess, ExportBackend, StageKind};
+use apps::config::{Config, ExportAccess, ExportBackend, StageKind};
 use apps::summary::StopCause;
-use common::{TempDir, dpctl, heavy, info, run_json, stage, summary, wait_socket};
+use common::{TempDir, dpctl, err, heavy, info, key_of, run_json, stage, summary, wait_socket};
 use dataplane::fabric::shm::{Shm, ShmConfig, ShmDevice};
 use dataplane::rnbd::client::{BlkError, Buf, ClientEvent, DevId, WriteFlags};
 use dataplane::rnbd::rtrs::RnbdClient;
@@ -32,23 +32,6 @@ fn rnbd(server: &str, export: &str) -> String {
 
 const LISTEN: &str = "listen = \"10.0.0.1:1234\"";
 const MEM: &str = "name = \"mem0\"\nbackend = \"mem\"\nsize = \"1m\"";
-
-fn err(body: &str) -> ConfigError {
-    match Config::parse(body, "t.toml") {
-        Ok(c) => panic!("accepted a bad config: {c:#?}"),
-        Err(e) => e,
-    }
-}
-
-fn key_of(e: &ConfigError) -> &str {
-    match e {
-        ConfigError::Invalid { key, .. }
-        | ConfigError::BadValue { key, .. }
-        | ConfigError::MissingKey { key, .. }
-        | ConfigError::UnknownKey { key, .. } => key,
-        other => panic!("no key in {other:?}"),
-    }
-}
 
 #[test]
 fn rnbd_server_parses_with_its_defaults() {

@@ -12,6 +12,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use apps::config::{Config, ConfigError};
 use apps::summary::{StageSummary, Summary};
 
 static HEAVY: Mutex<()> = Mutex::new(());
@@ -225,4 +226,23 @@ pub fn info(dir: &Path, cmd: &str, pid: u32, args: &[&str]) -> (bool, String, St
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// The error of a config body that must be refused.
+pub fn err(body: &str) -> ConfigError {
+    match Config::parse(body, "t.toml") {
+        Ok(c) => panic!("accepted a bad config: {c:#?}"),
+        Err(e) => e,
+    }
+}
+
+/// The key a config error names.
+pub fn key_of(e: &ConfigError) -> &str {
+    match e {
+        ConfigError::Invalid { key, .. }
+        | ConfigError::BadValue { key, .. }
+        | ConfigError::MissingKey { key, .. }
+        | ConfigError::UnknownKey { key, .. } => key,
+        other => panic!("no key in {other:?}"),
+    }
 }
