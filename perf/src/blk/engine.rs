@@ -80,6 +80,8 @@ pub struct JobSpec {
     pub rwmixread: u32,
     /// Write patterns and check reads.
     pub verify: bool,
+    /// Nap after 64 empty polls instead of spinning (`--nap`).
+    pub nap: bool,
     /// Seed of the random offsets.
     pub seed: u64,
 }
@@ -232,6 +234,8 @@ pub fn run<T: Target>(spec: &JobSpec, t: &mut T) -> Result<JobResult, String> {
 
 /// How long the loop waits for a completion before it declares the target stuck.
 const STALL_NS: u64 = 30_000_000_000;
+/// The pause of `--nap` when a poll found nothing.
+const NAP: std::time::Duration = std::time::Duration::from_micros(20);
 
 impl<T: Target> Job<'_, T> {
     /// The measured phase.
@@ -270,6 +274,9 @@ impl<T: Target> Job<'_, T> {
             // Reading the clock costs ~10 ns: look at it after every batch of completions
             // and every 64 empty polls.
             if n > 0 || spins.is_multiple_of(64) {
+                if n == 0 && self.spec.nap {
+                    std::thread::sleep(NAP);
+                }
                 let now = self.timer.now_ns();
                 if n > 0 {
                     last_progress = now;
@@ -314,6 +321,9 @@ impl<T: Target> Job<'_, T> {
             let in_flight = self.slots.len() - self.free.len();
             if it.peek().is_none() && in_flight == 0 {
                 return Ok(());
+            }
+            if n == 0 && self.spec.nap {
+                std::thread::sleep(NAP);
             }
             let now = self.timer.now_ns();
             if n > 0 {
@@ -550,6 +560,7 @@ mod tests {
             runtime_ns: Some(20_000_000),
             rwmixread: 50,
             verify: true,
+            nap: false,
             seed: 7,
         };
         let r = run(&spec, &mut t).expect("the job runs");
