@@ -427,10 +427,7 @@ impl ClientSession {
         ctx: u64,
         io: &mut impl ClientTransport,
     ) -> Result<(), BlkError> {
-        let d = self.io_dev(dev)?;
-        if d.mode == AccessMode::Ro {
-            return Err(BlkError::ReadOnly);
-        }
+        let d = self.writable_dev(dev)?;
         let g = d.geometry.ok_or(BlkError::NotMapped(d.state))?;
         check_range(&g, sector, buf.len, g.max_io)?;
         let id = d.device_id;
@@ -497,10 +494,7 @@ impl ClientSession {
         ctx: u64,
         io: &mut impl ClientTransport,
     ) -> Result<(), BlkError> {
-        let d = self.io_dev(dev)?;
-        if d.mode == AccessMode::Ro {
-            return Err(BlkError::ReadOnly);
-        }
+        let d = self.writable_dev(dev)?;
         let id = d.device_id;
         self.send_io(
             dev,
@@ -554,10 +548,7 @@ impl ClientSession {
         ctx: u64,
         io: &mut impl ClientTransport,
     ) -> Result<(), BlkError> {
-        let d = self.io_dev(dev)?;
-        if d.mode == AccessMode::Ro {
-            return Err(BlkError::ReadOnly);
-        }
+        let d = self.writable_dev(dev)?;
         let g = d.geometry.ok_or(BlkError::NotMapped(d.state))?;
         let max = if op == Op::Discard {
             g.max_discard_sectors
@@ -1000,6 +991,16 @@ impl ClientSession {
         let d = self.dev(dev)?;
         if d.state != DevState::Mapped {
             return Err(BlkError::NotMapped(d.state));
+        }
+        Ok(d)
+    }
+
+    /// A mapped device that takes writes (write, flush, discard, write-zeroes): not one
+    /// mapped read-only.
+    fn writable_dev(&self, dev: DevId) -> Result<&Device, BlkError> {
+        let d = self.io_dev(dev)?;
+        if d.mode == AccessMode::Ro {
+            return Err(BlkError::ReadOnly);
         }
         Ok(d)
     }
