@@ -7,7 +7,7 @@ use super::*;
 use crate::backend::{Backend, BlkDone, MemBackend};
 use crate::export::{Exports, SearchPath};
 use crate::server::ServerSession;
-use crate::wire::SessInfoRsp;
+use crate::wire::{CACHE_WRITEBACK, F_FUA, Msg, Op, SessInfoRsp};
 
 const CHUNK: usize = 128 * 1024;
 
