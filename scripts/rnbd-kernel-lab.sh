@@ -18,7 +18,7 @@
 #                RoCE capture of w0a is decoded
 #   kern-ours    kernel client (map_device) -> our server (dp-perf blk --server, mem backend): 8 MiB random
 #                data written with dd O_DIRECT to /dev/rnbdN, read back, compared
-#   ok-qd32      our client -> kernel server at QD 32: randrw 4 KiB --verify (--nap), every read checked
+#   ok-qd32      our client -> kernel server at QD 32: randrw 4 KiB --verify, every read checked
 #   mp-ours-kern our client on two paths -> kernel server, randrw --verify under load while the second
 #                path drops every RoCE packet (nftables, as kernel-peers/rnbd-demo.sh): no IO error, every
 #                read verified, MP_RUNS (default 4) runs, each must pass
@@ -262,12 +262,13 @@ echo "    (info) rxe counters during iops-kk: $(rxe_delta "$log/rxe.iops-kk")"
   result FAIL iops-kk "no result: $(tail -1 "$log/iops-kk.err" 2>/dev/null) $(klog 2)"
 
 section "iops: our client -> kernel server (always_invalidate=$ksrv_inv)"
-# --nap: our job sleeps ~20 us when a poll finds nothing, as the kernel client sleeps between
-# interrupts, leaving the VM's 2 vCPUs to the rxe work of both sides.
+# Our job spins on its completions. (--nap, a 20 us sleep after 64 empty polls, measured
+# 241 IOPS against 639 spinning in one run, and retransmissions still came: the VM's packet
+# loss, not our polling, makes them.)
 capture_start w0a iops-ok 20000
 rxe_snap "$log/rxe.iops-ok"
 timeout 120 "$bin" blk --client 10.78.0.2:1234 --provider verbs -d rxw0a --device-path /dev/ram0 \
-  --rw randread --bs 4k --iodepth 32 --runtime "$runtime" --size 32m --nap --json \
+  --rw randread --bs 4k --iodepth 32 --runtime "$runtime" --size 32m --json \
   >"$log/iops-ok.json" 2>"$log/iops-ok.err"
 echo "    (info) rxe counters during iops-ok: $(rxe_delta "$log/rxe.iops-ok")"
 iops_ok=$(iops_of "$log/iops-ok.json")
@@ -285,15 +286,15 @@ fi
 # last completed write of its block, then every written block read back.
 dd if=/dev/zero of=/dev/ram0 bs=1M count=8 oflag=direct status=none
 if timeout 180 "$bin" blk --client 10.78.0.2:1234 --provider verbs -d rxw0a --device-path /dev/ram0 \
-  --rw randrw --bs 4k --iodepth 32 --size 4m --runtime "$runtime" --verify --nap >"$log/ok-qd32.out" 2>&1; then
-  result PASS ok-qd32 "randrw QD 32 --verify: $(grep -E '^  verify:' "$log/ok-qd32.out" | sed 's/^ *//'), $(grep -E '^  (read|write):' "$log/ok-qd32.out" | sed 's/,.*//; s/^ *//' | tr '\n' ' ')"
+  --rw randrw --bs 4k --iodepth 32 --size 4m --runtime "$runtime" --verify >"$log/ok-qd32.out" 2>&1; then
+  result PASS ok-qd32 "randrw QD 32 --verify (always_invalidate=$ksrv_inv): $(grep -E '^  verify:' "$log/ok-qd32.out" | sed 's/^ *//'), $(grep -E '^  (read|write):' "$log/ok-qd32.out" | sed 's/,.*//; s/^ *//' | tr '\n' ' ')"
 else
   sed 's/^/    /' "$log/ok-qd32.out" | tail -6
   result FAIL ok-qd32 "$(tail -1 "$log/ok-qd32.out")"
 fi
-# Clues (they count nothing): the same QD 32 run spinning, then napping against the default
-# server (always_invalidate=Y).
-for v in spin:$ksrv_inv nap:Y; do
+# A clue (it counts nothing): the same QD 32 run against the default server
+# (always_invalidate=Y).
+for v in spin:Y; do
   [ "${v#*:}" != "$ksrv_inv" ] && reload_rtrs_server always_invalidate="${v#*:}"
   rxe_snap "$log/rxe.iops-ok-$v"
   nf0=$(not_free)
