@@ -13,6 +13,13 @@
 //! search at the word of its lane (lcore), so lcores that take and return permits in steady
 //! state do not share lines.
 //!
+//! A chunk can be **fenced** by the session: a fenced permit that its holder returns stays
+//! taken ("parked") until the session unfences it. The session fences the chunk of every
+//! request it fails over from a dead path: that path's server may still be working in the
+//! chunk (the chunk is the same memory on all paths), so after the failed-over copy
+//! completes the chunk must not carry another request until the dead path's server side is
+//! known to be done with it (see [`ClientSession`](crate::clt::ClientSession), "Failover").
+//!
 //! Two modes, as in Linux ([`Wait`]): `NoWait` returns `None` when every permit is taken;
 //! `Wait` spins until one is returned (on an lcore that is the run-to-completion analogue of
 //! Linux's uninterruptible sleep: use it only where blocking the loop is acceptable, such as
@@ -27,6 +34,12 @@
 //! * The scan that picks a candidate bit is a `Relaxed` load: it is only a hint; the
 //!   `fetch_or` decides, and a stale hint costs one retry.
 //! * The in-use counter is `Relaxed`: statistics only.
+//! * **Fences** ([`Permits::fence`], [`Permits::unfence`]) keep a chunk out of use after its
+//!   holder returns it. `put` of a fenced permit sets its bit in `parked` and then looks at
+//!   `fenced` again; `unfence` clears `fenced` and then `parked`. All four are `SeqCst`, so
+//!   the two cannot miss each other: if the put still sees the fence, the unfence comes
+//!   later and finds the parked bit; otherwise both race to clear the parked bit and the one
+//!   that clears it frees the permit (R1), exactly once.
 //!
 //! `tests/loom_permits.rs` model-checks exclusivity (no permit has two holders), that puts
 //! publish the holder's writes, and that a waiter is woken by a put.
@@ -100,6 +113,8 @@ struct Word(AtomicU64);
 #[derive(Debug)]
 pub struct Permits {
     words: Box<[Word]>,
+    fenced: Box<[Word]>,
+    parked: Box<[Word]>,
     depth: u16,
     pool: u32,
     in_use: AtomicU32,
@@ -126,8 +141,11 @@ impl Permits {
                 Word(AtomicU64::new(taken))
             })
             .collect();
+        let zero = || (0..n).map(|_| Word(AtomicU64::new(0))).collect();
         Self {
             words,
+            fenced: zero(),
+            parked: zero(),
             depth,
             pool,
             in_use: AtomicU32::new(0),
@@ -222,11 +240,60 @@ impl Permits {
         assert_eq!(p.pool, self.pool, "permit returned to the wrong pool");
         let (w, bit) = (usize::from(p.id) / 64, p.id % 64);
         let mask = 1u64 << bit;
+        assert!(
+            self.words[w].0.load(Ordering::Relaxed) & mask != 0,
+            "permit {} returned twice",
+            p.id
+        );
+        // The fence protocol of the module doc: park, then look at the fence again.
+        if self.fenced[w].0.load(Ordering::SeqCst) & mask != 0 {
+            self.parked[w].0.fetch_or(mask, Ordering::SeqCst);
+            if self.fenced[w].0.load(Ordering::SeqCst) & mask != 0 {
+                return; // `unfence` frees it
+            }
+            if self.parked[w].0.fetch_and(!mask, Ordering::SeqCst) & mask == 0 {
+                return; // `unfence` took the parked bit and freed it
+            }
+        }
+        self.free(w, mask);
+    }
+
+    /// Clears a taken bit (R1).
+    fn free(&self, w: usize, mask: u64) {
         // R1: Release, pairs with A1 in `try_take`: our use of the permit happens-before the
         // next holder's.
         let old = self.words[w].0.fetch_and(!mask, Ordering::Release);
-        assert!(old & mask != 0, "permit {} returned twice", p.id);
+        debug_assert!(old & mask != 0, "a free permit freed again");
         self.in_use.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Keeps chunk `id` out of use once it is returned: a [`put`](Self::put) of it parks
+    /// it (it stays taken) until [`unfence`](Self::unfence). Call it while the permit is
+    /// taken. Out-of-range ids are ignored.
+    pub fn fence(&self, id: u16) {
+        if id < self.depth {
+            let (w, bit) = (usize::from(id) / 64, id % 64);
+            self.fenced[w].0.fetch_or(1 << bit, Ordering::SeqCst);
+        }
+    }
+
+    /// Lifts the fence of chunk `id`; if it was returned meanwhile it becomes free now.
+    pub fn unfence(&self, id: u16) {
+        if id >= self.depth {
+            return;
+        }
+        let (w, bit) = (usize::from(id) / 64, id % 64);
+        let mask = 1u64 << bit;
+        self.fenced[w].0.fetch_and(!mask, Ordering::SeqCst);
+        if self.parked[w].0.fetch_and(!mask, Ordering::SeqCst) & mask != 0 {
+            self.free(w, mask);
+        }
+    }
+
+    /// True if chunk `id` is fenced.
+    pub fn is_fenced(&self, id: u16) -> bool {
+        id < self.depth
+            && self.fenced[usize::from(id) / 64].0.load(Ordering::Relaxed) & (1 << (id % 64)) != 0
     }
 }
 
@@ -259,6 +326,34 @@ mod tests {
         got.push(again);
         for g in got {
             p.put(g);
+        }
+        assert_eq!(p.in_use(), 0);
+    }
+
+    #[test]
+    fn test_permit_fenced_put_parks_until_unfence() {
+        let p = Permits::new(4, 1);
+        let a = p.get(ConType::Io, 0, Wait::NoWait).unwrap();
+        let id = a.id();
+        p.fence(id);
+        p.put(a);
+        assert!(p.is_taken(id), "a fenced permit stays taken after its put");
+        let others: Vec<Permit> = (0..3)
+            .map(|_| p.get(ConType::Io, 0, Wait::NoWait).unwrap())
+            .collect();
+        assert!(others.iter().all(|o| o.id() != id));
+        assert!(p.get(ConType::Io, 0, Wait::NoWait).is_none(), "parked");
+        p.unfence(id);
+        assert!(!p.is_taken(id) && !p.is_fenced(id));
+        let again = p.get(ConType::Io, 0, Wait::NoWait).unwrap();
+        assert_eq!(again.id(), id);
+        // Unfenced before the put: the put frees it at once.
+        p.fence(id);
+        p.unfence(id);
+        p.put(again);
+        assert!(!p.is_taken(id));
+        for o in others {
+            p.put(o);
         }
         assert_eq!(p.in_use(), 0);
     }

@@ -17,6 +17,8 @@
 //! - **No loss, no duplication.** After the joins every permit is free and the in-use
 //!   counter is 0; every get that returned `None` happened while all permits were taken.
 //! - **WAIT.** A getter in `Wait` mode on an exhausted pool returns once the holder puts.
+//! - **Fences.** A put of a fenced permit racing its unfence frees it exactly once, and the
+//!   next holder sees the last holder's writes.
 #![cfg(loom)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -129,5 +131,28 @@ fn loom_wait_is_woken_by_put() {
         f.permits.put(held);
         assert_eq!(t.join().unwrap(), 7);
         assert_eq!(f.permits.in_use(), 0);
+    });
+}
+
+#[test]
+fn loom_fenced_put_races_unfence() {
+    model("put of a fenced permit against its unfence", || {
+        let f = Fixture::new(1);
+        let p = f.permits.get(ConType::Io, 0, Wait::NoWait).unwrap();
+        f.permits.fence(0);
+        let g = Arc::clone(&f);
+        let t = thread::spawn(move || {
+            g.slots[0].with_mut(|s| write_cell(s, 5));
+            g.permits.put(p);
+        });
+        f.permits.unfence(0);
+        t.join().unwrap();
+        // Freed exactly once: not parked for ever, and the in-use count did not wrap.
+        assert!(!f.permits.is_taken(0), "a parked permit was never freed");
+        assert_eq!(f.permits.in_use(), 0, "freed twice");
+        // The next holder sees the last holder's write, whichever side freed it.
+        let q = f.permits.get(ConType::Io, 0, Wait::NoWait).unwrap();
+        assert_eq!(f.slots[0].with(|s| read_cell(s)), 5);
+        f.permits.put(q);
     });
 }

@@ -128,6 +128,81 @@ fn failover(kill: Kill, seed: u64, policy: MpPolicy, always_inv: bool) {
     );
 }
 
+/// A path dies while its server is still slow over the requests it holds: their
+/// failed-over copies complete on the other path first. The chunks of those requests are
+/// the same memory on both paths, so none may carry another request until the dead path's
+/// server is done with them (it is once the path has connected again); then they are back
+/// in use.
+#[test]
+fn test_failover_dead_paths_chunks_fenced_until_reconnect() {
+    let mut s = open_sim(72, |c| {
+        c.latency = Duration::from_micros(20);
+        c.links = 2;
+    });
+    s.handler.delay = Duration::from_micros(30);
+    s.app.target = 48;
+    s.app.track = true;
+    s.run_for(Duration::from_millis(5));
+    // What reaches the server now takes it 50 ms; then the first path dies.
+    s.handler.delay = Duration::from_millis(50);
+    s.run_for(Duration::from_millis(1));
+    let p0 = s.paths[0];
+    let held: Vec<u16> = (0..64u16)
+        .filter(|&i| s.client.request_path(i) == Some(p0))
+        .collect();
+    assert!(
+        held.len() >= 5,
+        "requests in flight on the path we kill: {}",
+        held.len()
+    );
+    s.net.kill_qps(0);
+    s.handler.delay = Duration::from_micros(30);
+    s.app.interval = Duration::from_micros(100);
+    assert!(
+        s.run_until_cond(Duration::from_secs(1), |s| s.client.path_state(p0)
+            != Some(ClientState::Connected))
+    );
+    s.run_for(Duration::from_millis(40));
+    assert_eq!(
+        s.handler.chunk_reuses, 0,
+        "a chunk the dead path's server still works in carried another request"
+    );
+    assert!(
+        s.client.fenced_chunks() >= held.len(),
+        "the dead path's chunks are fenced: {} of {}",
+        s.client.fenced_chunks(),
+        held.len()
+    );
+    let back = s.run_until_cond(Duration::from_secs(10), |s| {
+        s.client.path_state(p0) == Some(ClientState::Connected)
+    });
+    assert!(back, "the path came back: {:?}", s.client.path_error(p0));
+    assert_eq!(
+        s.client.fenced_chunks(),
+        0,
+        "the reconnect lifts the fences"
+    );
+    let used_before = s.handler.requests;
+    s.app.interval = Duration::ZERO;
+    s.run_for(Duration::from_millis(5));
+    assert!(s.handler.requests > used_before + 100, "IO goes on");
+    let permits = s.client.permits().unwrap();
+    assert_eq!(
+        (0..64u16).filter(|&i| permits.is_fenced(i)).count(),
+        0,
+        "no chunk stays out of use"
+    );
+    assert_eq!(s.handler.chunk_reuses, 0);
+    assert_eq!(
+        s.app.failed,
+        0,
+        "{:?}",
+        &s.app.errors[..s.app.errors.len().min(5)]
+    );
+    assert_eq!(s.app.verify_errors, 0);
+    assert_eq!(s.app.spurious, 0, "every IO completed exactly once");
+}
+
 #[test]
 fn test_failover_cm_disconnect_under_load() {
     failover(Kill::CmDisconnect, 70, MpPolicy::MinInflight, true);

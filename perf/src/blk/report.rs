@@ -314,6 +314,7 @@ mod tests {
                     runtime_ns: Some(1_000_000_000),
                     rwmixread: 50,
                     verify: false,
+                    nap: false,
                     seed: 1,
                 },
                 read: stats(2_000_000, &[1000, 2000, 3000, 4000]),

@@ -12,12 +12,19 @@ const MAGIC: u32 = 0x6462_7670; // "pvbd" little-endian
 const SECTOR: usize = 512;
 
 /// The generation of the last completed write of each block (0: never written by this
-/// run), and which blocks have a write in flight (their content is undefined until it
-/// completes).
+/// run), which blocks have a write in flight (their content is undefined until it
+/// completes), and how many reads each block has in flight.
+///
+/// A read is checked against the generation of the last write completed when the read
+/// *completes*, so no write of a block may start while a read of it is in flight: the read
+/// may have been served before the write landed and still complete after it (two paths, or
+/// a server that answers out of order), and would then be reported stale although the
+/// target did nothing wrong. Reads of a block run together; a write runs alone.
 #[derive(Clone, Debug)]
 pub struct BlockLog {
     gens: Vec<u32>,
     writing: Vec<bool>,
+    reading: Vec<u16>,
     next_gen: u32,
 }
 
@@ -28,6 +35,7 @@ impl BlockLog {
         Self {
             gens: vec![0; n],
             writing: vec![false; n],
+            reading: vec![0; n],
             next_gen: 1,
         }
     }
@@ -35,6 +43,24 @@ impl BlockLog {
     /// True if block `b` has a write in flight.
     pub fn busy(&self, b: u64) -> bool {
         self.writing[b as usize]
+    }
+
+    /// True if an IO of kind `write` may not start on block `b` now: a write waits for every
+    /// IO of the block, a read only for a write.
+    pub fn blocked(&self, b: u64, write: bool) -> bool {
+        self.writing[b as usize] || (write && self.reading[b as usize] != 0)
+    }
+
+    /// Starts a read of block `b`.
+    pub fn begin_read(&mut self, b: u64) {
+        let r = &mut self.reading[b as usize];
+        *r = r.saturating_add(1);
+    }
+
+    /// A read of block `b` ended (completed, failed, or was never started).
+    pub fn end_read(&mut self, b: u64) {
+        let r = &mut self.reading[b as usize];
+        *r = r.saturating_sub(1);
     }
 
     /// Starts a write of block `b`: its generation.
@@ -200,5 +226,22 @@ mod tests {
         let g3 = l.begin_write(1);
         l.end_write(1, g3, true);
         assert_eq!(l.written().collect::<Vec<_>>(), vec![(1, g3)]);
+    }
+
+    #[test]
+    fn test_write_waits_for_reads_in_flight() {
+        let mut l = BlockLog::new(4);
+        l.begin_read(3);
+        l.begin_read(3);
+        assert!(!l.blocked(3, false), "reads of a block run together");
+        assert!(l.blocked(3, true), "a write waits for the reads in flight");
+        l.end_read(3);
+        assert!(l.blocked(3, true));
+        l.end_read(3);
+        assert!(!l.blocked(3, true));
+        let g = l.begin_write(3);
+        assert!(l.blocked(3, false), "a read waits for the write in flight");
+        l.end_write(3, g, true);
+        assert!(!l.blocked(3, false));
     }
 }

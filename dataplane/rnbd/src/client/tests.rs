@@ -7,7 +7,7 @@ use super::*;
 use crate::backend::{Backend, BlkDone, MemBackend};
 use crate::export::{Exports, SearchPath};
 use crate::server::ServerSession;
-use crate::wire::SessInfoRsp;
+use crate::wire::{CACHE_WRITEBACK, F_FUA, Msg, Op, SessInfoRsp};
 
 const CHUNK: usize = 128 * 1024;
 
@@ -289,6 +289,14 @@ fn test_second_rw_open_refused_eperm_ro_allowed() {
         Err(BlkError::ReadOnly)
     );
     assert_eq!(other.c.flush(ro, 0, &mut other.q), Err(BlkError::ReadOnly));
+    assert_eq!(
+        other.c.discard(ro, 0, 8, 0, &mut other.q),
+        Err(BlkError::ReadOnly)
+    );
+    assert_eq!(
+        other.c.write_zeroes(ro, 0, 8, 0, &mut other.q),
+        Err(BlkError::ReadOnly)
+    );
 }
 
 #[test]

@@ -291,3 +291,19 @@ pub struct ClientStats {
     /// Remaps after a reconnect.
     pub remaps: u64,
 }
+
+/// The errno a refused follow-up request completes with.
+pub(crate) fn errno_of(e: BlkError) -> i32 {
+    match e {
+        BlkError::NoDevice | BlkError::NotMapped(_) => libc::ENODEV,
+        BlkError::Busy => libc::EAGAIN,
+        BlkError::NoPath | BlkError::NotReady => libc::ENOTCONN,
+        BlkError::ReadOnly => libc::EROFS,
+        BlkError::Unsupported => libc::EOPNOTSUPP,
+        BlkError::TooLarge => libc::EFBIG,
+        BlkError::Unaligned
+        | BlkError::OutOfRange
+        | BlkError::BadName
+        | BlkError::TooManyDevices => libc::EINVAL,
+    }
+}

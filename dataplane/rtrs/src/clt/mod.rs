@@ -32,6 +32,22 @@
 //! lives. Then a reconnect is scheduled after `reconnect_delay` plus 0 to 7 ms of jitter,
 //! and each attempt starts after a 1 s backoff, up to `max_reconnect_attempts` (-1: for
 //! ever), after which the path is CLOSED.
+//!
+//! # Failover and the dead path's chunks
+//!
+//! A chunk is the same server memory on every path, and a path that died with requests in
+//! flight may still have its server working in their chunks (a READ filling one, a WRITE
+//! reading one out to the disk): the server learns late that the path is gone and drains
+//! its operations before it lets the path reconnect. The failed-over copy of a request is
+//! harmless there (same bytes, same block), but once it completes its chunk must not carry
+//! *another* request while the dead path's operation may still touch it. So the session
+//! fences the chunk of every request it takes off a dead path before its answer
+//! ([`Permits::fence`]): the request completes normally, the permit's holder returns it, and
+//! it stays out of use until the dead path has connected again (Linux's server refuses that
+//! reconnect while its old path exists, and frees the old path only once its operations
+//! are done) or the session is closed. A path that never comes back keeps its chunks
+//! fenced: at most the requests it had in flight, out of `queue_depth`. Linux's client
+//! reuses the chunk at once (`fail_all_outstanding_reqs`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -45,6 +61,7 @@ use crate::wire::{MAX_CONNS_PER_PATH, MAX_PATHS, PathName};
 use crate::work::{CmEvent, Conn, Dir, PathId, Wc};
 
 mod event;
+mod fence;
 mod io;
 mod path;
 pub mod policy;
@@ -57,6 +74,7 @@ pub use path::{CONNECT_TIMEOUT, RECONNECT_BACKOFF, RECONNECT_JITTER_MS};
 pub use policy::MpPolicy;
 pub use state::ClientState;
 
+use fence::Fences;
 use path::{ClientPath, Origin, Outcome, SessCtx};
 use policy::{PathIter, PathLoad};
 use req::{Phase, Req};
@@ -194,6 +212,7 @@ pub struct ClientSession {
     jitter: Jitter,
     max_reconnect: u32,
     policy: MpPolicy,
+    fences: Fences,
 }
 
 impl ClientSession {
@@ -217,6 +236,7 @@ impl ClientSession {
             jitter: Jitter::new(cfg.seed),
             max_reconnect: max_reconnect(cfg.max_reconnect_attempts),
             policy: cfg.policy,
+            fences: Fences::default(),
             cfg,
         })
     }
@@ -451,6 +471,11 @@ impl ClientSession {
             if self.paths[i].is_some() {
                 self.close_path(i, now, io);
             }
+        }
+        // No request goes out any more: nothing can land in a chunk a dead path's server
+        // still works in.
+        if let Some(p) = &self.permits {
+            self.fences.lift_all(p);
         }
         self.events.push_back(ClientEvent::Closed);
     }
@@ -740,6 +765,7 @@ impl ClientSession {
         } else {
             self.max_io_size.min(mio)
         };
+        self.lift_fences(i);
         let p = self.path_mut(i);
         p.established = true;
         let was = p.origin;
@@ -781,6 +807,18 @@ impl ClientSession {
         if self.paths_up == 0 {
             self.events
                 .push_back(ClientEvent::Link(LinkEv::Disconnected));
+        }
+    }
+
+    /// Chunks kept out of use because a dead path may still work in them (module doc).
+    pub fn fenced_chunks(&self) -> usize {
+        self.fences.count()
+    }
+
+    /// Path `i` connected again: its server has dropped the old path and its operations.
+    fn lift_fences(&mut self, i: usize) {
+        if let Some(p) = &self.permits {
+            self.fences.lift(i, self.gens[i], p);
         }
     }
 
@@ -866,7 +904,7 @@ impl ClientSession {
 
     /// `fail_all_outstanding_reqs` + `rtrs_clt_failover_req`: every request of path `from`
     /// goes to another connected path, same permit, same chunk; if none takes it, it
-    /// completes with the last error.
+    /// completes with the last error. Unanswered ones fence their chunk (module doc).
     fn fail_over(&mut self, from: usize, io: &mut impl ClientIo) {
         let slots = self.path_mut(from).slots();
         for s in 0..slots {
@@ -881,6 +919,10 @@ impl ClientSession {
                     result,
                 });
                 continue;
+            }
+            // Unanswered: the dead path's server may still work in the chunk.
+            if let Some(p) = &self.permits {
+                self.fences.fence(s, from, self.gens[from], p);
             }
             if self.state == SessState::Closed {
                 self.events.push_back(ClientEvent::Completed {

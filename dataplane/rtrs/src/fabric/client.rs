@@ -11,7 +11,7 @@ use dp_fabric::{
 };
 use mempool::memory::{Region, RegionConfig};
 
-use super::qp::{LocalMem, QpRes, errno_of};
+use super::qp::{ConnTable, LocalMem, QpRes, errno_of, poll_conn};
 use crate::clt::{ClientIo, ClientSession, DataRef, Mapped};
 use crate::timer::Instant;
 use crate::work::{CmEvent, Conn, Dir, OutOfBounds, PathId, QpSizes, RecvBuf, Wr};
@@ -231,7 +231,9 @@ impl<P: Provider> ClientDriver<P> {
         for p in 0..self.paths.len() {
             let cids = self.paths[p].as_ref().map_or(0, |x| x.conns.len());
             for cid in 0..cids {
-                work += self.poll_conn(now, sess, p, cid);
+                work += poll_conn(self, p, cid, |d, conn, wc, out| {
+                    sess.handle_completion(now, conn, wc, out, d);
+                });
             }
         }
         // The control path (CM events, timers) once every CTRL_EVERY turns: it stays off
@@ -291,36 +293,6 @@ impl<P: Provider> ClientDriver<P> {
         work
     }
 
-    fn poll_conn(&mut self, now: Instant, sess: &mut ClientSession, p: usize, cid: usize) -> usize {
-        let Some(q) = self.qp_at(p, cid) else {
-            return 0;
-        };
-        let n = q.poll();
-        let conn = q.conn;
-        let mut out = core::mem::take(&mut self.scratch);
-        for i in 0..n {
-            let Some(q) = self.qp_at(p, cid).filter(|q| q.conn == conn) else {
-                // The state machine closed the connection while handling the batch: the
-                // rest belongs to a connection it no longer has.
-                break;
-            };
-            let wc = q.take(i, &mut out);
-            self.stats.completions += 1;
-            sess.handle_completion(now, conn, &wc, &out, self);
-        }
-        self.scratch = out;
-        n
-    }
-
-    fn qp_at(&mut self, p: usize, cid: usize) -> Option<&mut QpRes<P>> {
-        self.paths
-            .get_mut(p)?
-            .as_mut()?
-            .conns
-            .get_mut(cid)?
-            .as_mut()
-    }
-
     /// The path of `conn` with its live connection (the epoch must match).
     fn split(&mut self, conn: Conn) -> Option<(&mut QpRes<P>, &PathMem<P>)> {
         let p = self.paths.get_mut(usize::from(conn.path.idx))?.as_mut()?;
@@ -377,6 +349,25 @@ impl<P: Provider> ClientDriver<P> {
 
 fn data_access() -> Access {
     Access::LOCAL_WRITE | Access::REMOTE_WRITE
+}
+
+impl<P: Provider> ConnTable<P> for ClientDriver<P> {
+    fn qp_at(&mut self, p: usize, cid: usize) -> Option<&mut QpRes<P>> {
+        self.paths
+            .get_mut(p)?
+            .as_mut()?
+            .conns
+            .get_mut(cid)?
+            .as_mut()
+    }
+
+    fn scratch(&mut self) -> &mut Vec<u8> {
+        &mut self.scratch
+    }
+
+    fn count_completion(&mut self) {
+        self.stats.completions += 1;
+    }
 }
 
 fn gone() -> PostError {

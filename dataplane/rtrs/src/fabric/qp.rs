@@ -408,3 +408,43 @@ impl<P: Provider> QpRes<P> {
         self.posted.front().is_some_and(|(id, _)| *id == c.wr_id)
     }
 }
+
+/// A driver's table of connections, by path slot and cid: what [`poll_conn`] needs of the
+/// client's and the server's driver alike.
+pub(crate) trait ConnTable<P: Provider> {
+    /// The live connection `cid` of path slot `p`.
+    fn qp_at(&mut self, p: usize, cid: usize) -> Option<&mut QpRes<P>>;
+    /// The buffer a completion's payload is copied into.
+    fn scratch(&mut self) -> &mut Vec<u8>;
+    /// One completion was handed to the state machine (a statistic).
+    fn count_completion(&mut self);
+}
+
+/// Polls connection `cid` of path slot `p` and hands each completion, with the payload a
+/// receive caught, to `handle` (the state machine, given the driver back as its I/O).
+/// Returns the completions polled.
+pub(crate) fn poll_conn<P: Provider, D: ConnTable<P>>(
+    d: &mut D,
+    p: usize,
+    cid: usize,
+    mut handle: impl FnMut(&mut D, Conn, &Wc, &[u8]),
+) -> usize {
+    let Some(q) = d.qp_at(p, cid) else {
+        return 0;
+    };
+    let n = q.poll();
+    let conn = q.conn;
+    let mut out = core::mem::take(d.scratch());
+    for i in 0..n {
+        let Some(q) = d.qp_at(p, cid).filter(|q| q.conn == conn) else {
+            // The state machine closed the connection while handling the batch: the rest
+            // belongs to a connection it no longer has.
+            break;
+        };
+        let wc = q.take(i, &mut out);
+        d.count_completion();
+        handle(d, conn, &wc, &out);
+    }
+    *d.scratch() = out;
+    n
+}

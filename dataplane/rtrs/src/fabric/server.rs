@@ -11,7 +11,7 @@ use dp_fabric::{
 use mempool::memory::{Region, RegionConfig};
 
 use super::client::DriverStats;
-use super::qp::{LocalMem, QpRes, errno_of};
+use super::qp::{ConnTable, LocalMem, QpRes, errno_of, poll_conn};
 use crate::srv::{CmToken, Server, ServerIo, SessId};
 use crate::timer::Instant;
 use crate::wire::SgDesc;
@@ -236,7 +236,9 @@ impl<P: Provider> ServerDriver<P> {
         for p in 0..self.paths.len() {
             let cids = self.paths[p].as_ref().map_or(0, |x| x.conns.len());
             for cid in 0..cids {
-                work += self.poll_conn(now, srv, p, cid);
+                work += poll_conn(self, p, cid, |d, conn, wc, out| {
+                    srv.handle_completion(now, conn, wc, out, d);
+                });
             }
         }
         // The control path (CM events, timers) once every CTRL_EVERY turns: it stays off
@@ -312,27 +314,15 @@ impl<P: Provider> ServerDriver<P> {
         work
     }
 
-    fn poll_conn(&mut self, now: Instant, srv: &mut Server, p: usize, cid: usize) -> usize {
-        let Some(q) = self.qp_at(p, cid) else {
-            return 0;
-        };
-        let n = q.poll();
-        let conn = q.conn;
-        let mut out = core::mem::take(&mut self.scratch);
-        for i in 0..n {
-            let Some(q) = self.qp_at(p, cid).filter(|q| q.conn == conn) else {
-                // The state machine closed the connection while handling the batch: the
-                // rest belongs to a connection it no longer has.
-                break;
-            };
-            let wc = q.take(i, &mut out);
-            self.stats.completions += 1;
-            srv.handle_completion(now, conn, &wc, &out, self);
-        }
-        self.scratch = out;
-        n
+    fn spath(&mut self, id: PathId) -> Option<&mut SPath<P>> {
+        self.paths
+            .get_mut(usize::from(id.idx))?
+            .as_mut()
+            .filter(|p| p.id == id)
     }
+}
 
+impl<P: Provider> ConnTable<P> for ServerDriver<P> {
     fn qp_at(&mut self, p: usize, cid: usize) -> Option<&mut QpRes<P>> {
         self.paths
             .get_mut(p)?
@@ -342,11 +332,12 @@ impl<P: Provider> ServerDriver<P> {
             .as_mut()
     }
 
-    fn spath(&mut self, id: PathId) -> Option<&mut SPath<P>> {
-        self.paths
-            .get_mut(usize::from(id.idx))?
-            .as_mut()
-            .filter(|p| p.id == id)
+    fn scratch(&mut self) -> &mut Vec<u8> {
+        &mut self.scratch
+    }
+
+    fn count_completion(&mut self) {
+        self.stats.completions += 1;
     }
 }
 

@@ -332,6 +332,7 @@ struct Pending {
     dir: Dir,
     read_len: u32,
     block: u64,
+    seq: u64,
 }
 
 /// The server handler: a disk of blocks (see the module doc).
@@ -349,6 +350,11 @@ pub struct Handler {
     pub bad_requests: u64,
     /// Answers refused as stale (the path closed meanwhile and the id was reused).
     pub stale_answers: u64,
+    /// Requests that arrived in a chunk while the handler still worked on another request
+    /// (another client sequence number) in the same chunk of the session, on any path: the
+    /// client reused a chunk the server had not finished with. (A failed-over copy of the
+    /// same request is not counted: same bytes.)
+    pub chunk_reuses: u64,
     /// The last write seen per block.
     pub disk: HashMap<u64, u64>,
     pending: VecDeque<Pending>,
@@ -359,7 +365,7 @@ impl Handler {
         if self.hold {
             return None;
         }
-        self.pending.front().map(|p| p.due)
+        self.pending.iter().map(|p| p.due).min()
     }
 
     /// A request from the server.
@@ -389,6 +395,13 @@ impl Handler {
         } else {
             self.bad_requests += 1;
         }
+        if self
+            .pending
+            .iter()
+            .any(|p| p.sess == sess && p.chunk == chunk && p.seq != seq)
+        {
+            self.chunk_reuses += 1;
+        }
         if dir == Dir::Write && block != u64::MAX {
             if !check_pattern(seq, &c[..d]) {
                 self.bad_requests += 1;
@@ -403,6 +416,7 @@ impl Handler {
             dir,
             read_len,
             block,
+            seq,
         });
     }
 
@@ -411,8 +425,17 @@ impl Handler {
         if self.hold {
             return;
         }
-        while self.pending.front().is_some_and(|p| p.due <= now) {
-            let p = self.pending.pop_front().expect("checked");
+        // In due order, not arrival order: a change of `delay` makes later requests due
+        // earlier (a slow server over some requests, fast over the next).
+        while let Some(k) = self
+            .pending
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.due <= now)
+            .min_by_key(|(_, p)| p.due)
+            .map(|(k, _)| k)
+        {
+            let p = self.pending.remove(k).expect("found above");
             let status = match self.fail_with {
                 Some(e) => e,
                 None => {
