@@ -185,6 +185,45 @@ fn messages_of_every_size_both_ways_arrive_intact_and_in_order() {
 /// Kills a reset loop must see, however fast the machine sends.
 const MIN_KILLS: u64 = 6;
 
+/// What a node's paths and counters look like, for a test that failed waiting on it.
+fn describe(name: &str, n: &BlockingNode) -> String {
+    use std::fmt::Write;
+    n.with(|n, now| {
+        let mut out = String::new();
+        let e = n.engine();
+        for (c, k, np) in e.connections() {
+            for index in 0..np.max(1) {
+                let id = dataplane::rds::PathId { conn: c, index };
+                let Some(p) = e.path(id) else { continue };
+                let _ = writeln!(
+                    out,
+                    "{name} at {now:?}: path {c}/{index} {} -> {}: {:?}, send queue {}, \
+                     retransmit queue {}, backoff {:?}, next timer {:?}",
+                    k.laddr.ip(),
+                    k.faddr.ip(),
+                    p.state(),
+                    p.send_queue_len(),
+                    p.retrans_queue_len(),
+                    p.backoff_window(),
+                    p.poll_timeout()
+                );
+            }
+        }
+        let _ = write!(out, "{name} counters:");
+        if let Some(t) = n.transport_mut(TransportKind::Ib) {
+            t.counters(&mut |k, v| {
+                if v != 0 {
+                    let _ = write!(out, " {k}={v}");
+                }
+            });
+        }
+        for (k, v) in n.engine().stats().iter().filter(|(_, v)| *v != 0) {
+            let _ = write!(out, " {k}={v}");
+        }
+        out
+    })
+}
+
 /// Sends at least `count` sequence-numbered messages from one socket (more if needed, until
 /// the connections have been killed at least [`MIN_KILLS`] times) while another thread kills
 /// every connection every `every`; checks that each arrives exactly once, in order.
@@ -240,7 +279,17 @@ fn reset_loop(tag: &str, count: u64, every: Duration) -> (u64, u64) {
     let mut buf = vec![0u8; 4096];
     let mut seq = 0u64;
     while seq < total.load(Ordering::Acquire) {
-        let (n, from) = recv(&b, sb, &mut buf);
+        let (n, from) = loop {
+            match b.recv_from(sb, &mut buf, Some(Duration::from_secs(20))) {
+                Ok(Received::Data { len, from, .. }) => break (len, from),
+                Ok(_) => continue,
+                Err(e) => panic!(
+                    "recv_from of message {seq}: {e}\n{}\n{}",
+                    describe("A", &a),
+                    describe("B", &b)
+                ),
+            }
+        };
         assert_eq!(from, aa);
         let got = u64::from_le_bytes(buf[..8].try_into().unwrap());
         assert_eq!(got, seq, "message {seq} lost or duplicated (got {got})");
@@ -261,6 +310,8 @@ fn reset_loop(tag: &str, count: u64, every: Duration) -> (u64, u64) {
         Err(RdsError::WouldBlock)
     ));
     let resets = a.with(|n, _| n.engine().stats().conn_reset);
+    let timeouts = [&a, &b].map(|n| n.with(|n, _| n.engine().stats().conn_connect_timeout));
+    eprintln!("connections given up for not being established in time (a, b): {timeouts:?}");
     drop(a);
     drop(b);
     let _ = std::fs::remove_dir_all(d);

@@ -163,6 +163,23 @@ impl<P: Provider> Link<P> {
         }
     }
 
+    /// Fails the connection once the receives that completed before the failure are
+    /// taken (a connection that is up only: frames of one not yet known to be up wait).
+    pub(crate) fn fail_after_receives(
+        &mut self,
+        engine: &mut RdsEngine,
+        now: Instant,
+        path: PathId,
+        wcs: &mut [Completion],
+        scratch: &mut [u8; RECV_BUF],
+        stats: &mut FabricStats,
+    ) {
+        if self.state == LinkState::Up {
+            self.poll_recv(engine, now, path, wcs, scratch, stats);
+        }
+        self.fail(engine, now, path, stats);
+    }
+
     /// Marks the connection failed and tells the engine (once).
     pub(crate) fn fail(
         &mut self,
@@ -179,13 +196,18 @@ impl<P: Provider> Link<P> {
     }
 
     /// Send completions: reported to the engine cumulatively (the largest token of the
-    /// batch; requests complete in order). An error status fails the connection.
+    /// batch; requests complete in order). An error status fails the connection, after the
+    /// receives that completed before it are taken: on a reliable connection a send fails
+    /// once the peer is gone, and what the peer sent before it went (its last acks) is
+    /// valid. Returns the completions polled.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn poll_send(
         &mut self,
         engine: &mut RdsEngine,
         now: Instant,
         path: PathId,
         wcs: &mut [Completion],
+        scratch: &mut [u8; RECV_BUF],
         stats: &mut FabricStats,
     ) -> usize {
         let n = self.res.scq.poll(wcs);
@@ -195,7 +217,10 @@ impl<P: Provider> Link<P> {
         let mut done = None;
         for wc in &wcs[..n] {
             if !wc.is_ok() {
-                self.fail(engine, now, path, stats);
+                if let Some(token) = done {
+                    engine.handle_send_complete(now, path, token);
+                }
+                self.fail_after_receives(engine, now, path, wcs, scratch, stats);
                 return n;
             }
             done = Some(done.map_or(wc.wr_id, |d: u64| d.max(wc.wr_id)));
