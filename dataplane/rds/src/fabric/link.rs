@@ -245,7 +245,11 @@ impl<P: Provider> Link<P> {
     ) -> usize {
         // Drain the queue (a batch at a time, at most a ring's worth): after a pause the
         // peer's whole window is taken in one iteration, and one credit update covers it.
+        // A failed completion ends the connection, but only after the frames that
+        // completed ahead of it (in the same batch too) went to the engine: they were
+        // received (a peer's last acks before it closed, say).
         let mut polled = 0usize;
+        let mut failed = false;
         loop {
             let n = self.res.rcq.poll(wcs);
             polled += n;
@@ -254,8 +258,8 @@ impl<P: Provider> Link<P> {
             }
             for wc in &wcs[..n] {
                 if wc.status != WcStatus::Success {
-                    self.fail(engine, now, path, stats);
-                    return polled;
+                    failed = true;
+                    break;
                 }
                 // The provider fills only what we posted; anything else is a broken
                 // provider or a hostile one: reset this connection.
@@ -264,12 +268,12 @@ impl<P: Provider> Link<P> {
                     || self.pending.len() >= self.res.recv_depth as usize
                 {
                     stats.rx_bad += 1;
-                    self.fail(engine, now, path, stats);
-                    return polled;
+                    failed = true;
+                    break;
                 }
                 self.pending.push_back((wc.wr_id as u32, wc.byte_len));
             }
-            if n < wcs.len() || polled >= self.res.recv_depth as usize {
+            if failed || n < wcs.len() || polled >= self.res.recv_depth as usize {
                 break;
             }
         }
@@ -286,6 +290,10 @@ impl<P: Provider> Link<P> {
             }
             self.pending.pop_front();
             stats.rx_frames += 1;
+            if failed {
+                // Nothing is reposted on a connection that is going away.
+                continue;
+            }
             batch[k] = idx;
             k += 1;
             if k == REPOST_BATCH {
@@ -296,6 +304,10 @@ impl<P: Provider> Link<P> {
                 taken += k as u32;
                 k = 0;
             }
+        }
+        if failed {
+            self.fail(engine, now, path, stats);
+            return polled;
         }
         if k > 0 {
             if !self.repost(&batch[..k]) {
