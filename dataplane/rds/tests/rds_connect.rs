@@ -8,11 +8,14 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use dp_rds::path::ConnState;
+use dp_rds::path::{ConnState, PathConfig};
 use dp_rds::{Accept, Incoming, RdsEngine, SendFlags, TransportCmd, TransportKind};
 use lcore::time::Instant;
 
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const CONNECT_TIMEOUT: Duration = match PathConfig::message().connect_timeout {
+    Some(d) => d,
+    None => panic!("message transports time out a connect by default"),
+};
 
 fn engine(name: &str, addr: &str) -> RdsEngine {
     let mut e = RdsEngine::new(engine_cfg(name, 7, ib())).unwrap();

@@ -63,6 +63,9 @@ pub struct PathConfig {
     /// with no RTU, then `CONNECT_ERROR`); a provider that loses a CM answer must not
     /// leave a path Connecting for ever, refusing the peer's redials as racing. `None`
     /// waits for ever. Stream transports ignore it (their socket's connect has its own).
+    /// The default, 5 s, leaves room for a provider's address and route resolution
+    /// (dp-verbs resolves for up to 2 s per attempt inside the dial) and the IB CM's first
+    /// REQ timeout of about 4 s.
     pub connect_timeout: Option<Duration>,
 }
 
@@ -80,7 +83,7 @@ impl PathConfig {
             delayed_ack: Some(Duration::from_millis(1)),
             reconnect_min: Duration::from_millis(1),
             reconnect_max: Duration::from_millis(1000),
-            connect_timeout: Some(Duration::from_secs(2)),
+            connect_timeout: Some(Duration::from_secs(5)),
         }
     }
 
