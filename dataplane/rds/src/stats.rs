@@ -163,6 +163,8 @@ counters! {
     conn_violation,
     /// Acks sent because the delayed-ack timer fired.
     delayed_ack_fired,
+    /// Connections dropped because they were not established within `connect_timeout`.
+    conn_connect_timeout,
     /// Sends refused because the message store was full (`ENOMEM`).
     send_nomem,
     /// Messages dropped instead of resent (peer restarted, or an RDMA op after a reset).

@@ -186,15 +186,22 @@ impl RdsReceiver {
     }
 
     /// Whether every message received on an up path has been acknowledged (the ack on the
-    /// wire and completed). A path that is down has nobody to acknowledge to: its sender left
-    /// (a sender leaves only once acknowledged) or reconnects and retransmits.
+    /// wire and every frame of the path completed). A path that is down has nobody to
+    /// acknowledge to: its sender left (a sender leaves only once acknowledged) or
+    /// reconnects and retransmits.
     fn acks_out(&self) -> bool {
         let e = self.node.engine();
         e.connections().all(|(conn, _, npaths)| {
             (0..npaths.max(1)).all(|index| {
                 e.path(PathId { conn, index }).is_none_or(|p| {
                     let a = p.ack_state();
-                    !p.is_up() || (a.sent >= a.next && !a.requested && !a.in_flight)
+                    // Every frame completed, not only the ACK-only one: an ack can ride
+                    // on a congestion update or a credit frame still in the send queue.
+                    !p.is_up()
+                        || (a.sent >= a.next
+                            && !a.requested
+                            && !a.in_flight
+                            && p.frames_in_flight() == 0)
                 })
             })
         })

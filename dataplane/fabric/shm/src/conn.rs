@@ -137,6 +137,17 @@ impl Conn {
         }
     }
 
+    /// The socket hung up after this side closed the connection: `finish` ran, or is
+    /// running on another thread, and reports the end itself. Only stop watching: taking
+    /// the report here (as `finish(false)` would) could win the race against that
+    /// `finish(true)` and leave the application with no event at all for a connection it
+    /// disconnected, stuck waiting for one.
+    fn forget(&self) {
+        if let Some(d) = self.dev.upgrade() {
+            d.service.registry().remove(self.link.sock.as_raw_fd());
+        }
+    }
+
     /// Local disconnect: tell the peer, error the queue pair, report it.
     pub(crate) fn disconnect(&self) {
         let st = self.link.state();
@@ -408,9 +419,13 @@ fn on_pending(dev: &DevCore, reg: &Registry, fd: RawFd, ps: &PendingSock, buf: &
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
         Ok(Some(n)) => n,
         _ => {
-            // Hang-up or error before a request: forget the socket.
-            guard.take();
+            // Hang-up or error before a request: forget the socket. The watcher goes
+            // first, while the descriptor is still open: once it is closed its number can
+            // be reused at once by a connection another thread is setting up, whose
+            // watcher a late `remove(fd)` would take away (that connection would never
+            // see its reply, RTU or hang-up).
             reg.remove(fd);
+            drop(guard.take());
             return;
         }
     };
@@ -612,7 +627,7 @@ fn hang_up(dev: &DevCore, c: &Conn) {
             dev.stats.peer_deaths.fetch_add(1, Ordering::Relaxed);
             c.finish(true);
         }
-        ConnState::Closed => c.finish(false),
+        ConnState::Closed => c.forget(),
     }
 }
 

@@ -163,6 +163,23 @@ impl<P: Provider> Link<P> {
         }
     }
 
+    /// Fails the connection once the receives that completed before the failure are
+    /// taken (a connection that is up only: frames of one not yet known to be up wait).
+    pub(crate) fn fail_after_receives(
+        &mut self,
+        engine: &mut RdsEngine,
+        now: Instant,
+        path: PathId,
+        wcs: &mut [Completion],
+        scratch: &mut [u8; RECV_BUF],
+        stats: &mut FabricStats,
+    ) {
+        if self.state == LinkState::Up {
+            self.poll_recv(engine, now, path, wcs, scratch, stats);
+        }
+        self.fail(engine, now, path, stats);
+    }
+
     /// Marks the connection failed and tells the engine (once).
     pub(crate) fn fail(
         &mut self,
@@ -179,13 +196,18 @@ impl<P: Provider> Link<P> {
     }
 
     /// Send completions: reported to the engine cumulatively (the largest token of the
-    /// batch; requests complete in order). An error status fails the connection.
+    /// batch; requests complete in order). An error status fails the connection, after the
+    /// receives that completed before it are taken: on a reliable connection a send fails
+    /// once the peer is gone, and what the peer sent before it went (its last acks) is
+    /// valid. Returns the completions polled.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn poll_send(
         &mut self,
         engine: &mut RdsEngine,
         now: Instant,
         path: PathId,
         wcs: &mut [Completion],
+        scratch: &mut [u8; RECV_BUF],
         stats: &mut FabricStats,
     ) -> usize {
         let n = self.res.scq.poll(wcs);
@@ -195,7 +217,10 @@ impl<P: Provider> Link<P> {
         let mut done = None;
         for wc in &wcs[..n] {
             if !wc.is_ok() {
-                self.fail(engine, now, path, stats);
+                if let Some(token) = done {
+                    engine.handle_send_complete(now, path, token);
+                }
+                self.fail_after_receives(engine, now, path, wcs, scratch, stats);
                 return n;
             }
             done = Some(done.map_or(wc.wr_id, |d: u64| d.max(wc.wr_id)));
@@ -220,7 +245,11 @@ impl<P: Provider> Link<P> {
     ) -> usize {
         // Drain the queue (a batch at a time, at most a ring's worth): after a pause the
         // peer's whole window is taken in one iteration, and one credit update covers it.
+        // A failed completion ends the connection, but only after the frames that
+        // completed ahead of it (in the same batch too) went to the engine: they were
+        // received (a peer's last acks before it closed, say).
         let mut polled = 0usize;
+        let mut failed = false;
         loop {
             let n = self.res.rcq.poll(wcs);
             polled += n;
@@ -229,8 +258,8 @@ impl<P: Provider> Link<P> {
             }
             for wc in &wcs[..n] {
                 if wc.status != WcStatus::Success {
-                    self.fail(engine, now, path, stats);
-                    return polled;
+                    failed = true;
+                    break;
                 }
                 // The provider fills only what we posted; anything else is a broken
                 // provider or a hostile one: reset this connection.
@@ -239,12 +268,12 @@ impl<P: Provider> Link<P> {
                     || self.pending.len() >= self.res.recv_depth as usize
                 {
                     stats.rx_bad += 1;
-                    self.fail(engine, now, path, stats);
-                    return polled;
+                    failed = true;
+                    break;
                 }
                 self.pending.push_back((wc.wr_id as u32, wc.byte_len));
             }
-            if n < wcs.len() || polled >= self.res.recv_depth as usize {
+            if failed || n < wcs.len() || polled >= self.res.recv_depth as usize {
                 break;
             }
         }
@@ -261,6 +290,10 @@ impl<P: Provider> Link<P> {
             }
             self.pending.pop_front();
             stats.rx_frames += 1;
+            if failed {
+                // Nothing is reposted on a connection that is going away.
+                continue;
+            }
             batch[k] = idx;
             k += 1;
             if k == REPOST_BATCH {
@@ -271,6 +304,10 @@ impl<P: Provider> Link<P> {
                 taken += k as u32;
                 k = 0;
             }
+        }
+        if failed {
+            self.fail(engine, now, path, stats);
+            return polled;
         }
         if k > 0 {
             if !self.repost(&batch[..k]) {

@@ -27,6 +27,17 @@
 //! completion queues (no system call, no allocation), and the CM channel every
 //! [`FabricConfig::cm_interval`]. Connecting, accepting and tearing down are control
 //! path: they allocate and register a connection's ring.
+//!
+//! # Failure
+//!
+//! A connection fails on an error completion, a failed post or a CM disconnect, but what
+//! completed ahead of the failure counts first: the frames received before it go to the
+//! engine (a peer's last acks before it closed release our messages), as a verbs CQ
+//! delivers successful completions ahead of the flush errors. A dial or an accept that
+//! the CM never answers is given up by the path after
+//! [`PathConfig::connect_timeout`](crate::path::PathConfig::connect_timeout) and dialled
+//! again with the backoff, so no path stays Connecting (refusing the peer's redials as
+//! racing) for ever.
 
 mod config;
 mod link;

@@ -336,7 +336,29 @@ impl<P: Provider> FabricTransport<P> {
                         continue;
                     };
                     if let Some(link) = self.links.get_mut(&path) {
-                        link.fail(engine, now, path, &mut self.stats);
+                        // What completed before the disconnect still counts, as the
+                        // successful completions ahead of the flush errors do on a verbs
+                        // CQ: a peer that acked our last messages and then closed has
+                        // acked them (dropping that ack would resend them to a peer that
+                        // is gone, and its sender would wait for ever).
+                        if link.state == LinkState::Up {
+                            link.poll_send(
+                                engine,
+                                now,
+                                path,
+                                &mut self.wcs,
+                                &mut self.scratch,
+                                &mut self.stats,
+                            );
+                        }
+                        link.fail_after_receives(
+                            engine,
+                            now,
+                            path,
+                            &mut self.wcs,
+                            &mut self.scratch,
+                            &mut self.stats,
+                        );
                     }
                 }
                 CmEvent::DeviceRemoval => {
@@ -391,7 +413,14 @@ impl<P: Provider> Transport for FabricTransport<P> {
             if link.state == LinkState::Connecting || link.state == LinkState::Accepting {
                 continue;
             }
-            work += link.poll_send(engine, now, path, &mut self.wcs, &mut self.stats);
+            work += link.poll_send(
+                engine,
+                now,
+                path,
+                &mut self.wcs,
+                &mut self.scratch,
+                &mut self.stats,
+            );
             work += link.poll_recv(
                 engine,
                 now,
@@ -430,7 +459,14 @@ impl<P: Provider> Transport for FabricTransport<P> {
             .transmit(engine, &self.frag_mr, &frame, every, &mut self.stats)
             .is_err()
         {
-            link.fail(engine, now, path, &mut self.stats);
+            link.fail_after_receives(
+                engine,
+                now,
+                path,
+                &mut self.wcs,
+                &mut self.scratch,
+                &mut self.stats,
+            );
         }
     }
 }

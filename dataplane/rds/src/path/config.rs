@@ -57,6 +57,16 @@ pub struct PathConfig {
     pub reconnect_min: Duration,
     /// `net.rds.reconnect_max_delay_ms` (1000 ms).
     pub reconnect_max: Duration,
+    /// A message-transport connection that is not established this long after the dial
+    /// (or, on the passive side, after the accept) is dropped and dialled again with the
+    /// backoff. RDS-IB has this from the IB CM (REQ retries, then `UNREACHABLE`; a REP
+    /// with no RTU, then `CONNECT_ERROR`); a provider that loses a CM answer must not
+    /// leave a path Connecting for ever, refusing the peer's redials as racing. `None`
+    /// waits for ever. Stream transports ignore it (their socket's connect has its own).
+    /// The default, 5 s, leaves room for a provider's address and route resolution
+    /// (dp-verbs resolves for up to 2 s per attempt inside the dial) and the IB CM's first
+    /// REQ timeout of about 4 s.
+    pub connect_timeout: Option<Duration>,
 }
 
 impl PathConfig {
@@ -73,6 +83,7 @@ impl PathConfig {
             delayed_ack: Some(Duration::from_millis(1)),
             reconnect_min: Duration::from_millis(1),
             reconnect_max: Duration::from_millis(1000),
+            connect_timeout: Some(Duration::from_secs(5)),
         }
     }
 

@@ -345,6 +345,16 @@ impl Path {
         self.timers.set(Timer::Reconnect, at);
     }
 
+    /// Entering Connecting on a message transport: the connection must be established
+    /// before [`PathConfig::connect_timeout`] passes.
+    fn arm_connect_timeout(&mut self, now: Instant) {
+        if self.cfg.flavor == Flavor::Message
+            && let Some(d) = self.cfg.connect_timeout
+        {
+            self.timers.set(Timer::Connect, now.saturating_add(d));
+        }
+    }
+
     /// Timers due at `now` fire; spurious calls do nothing.
     pub fn handle_timeout(&mut self, now: Instant, ctx: &mut PathCtx<'_>) {
         if self.timers.is_due(Timer::Reconnect, now) {
@@ -357,6 +367,14 @@ impl Path {
             if self.state == ConnState::Down {
                 self.state = ConnState::Connecting;
                 self.cmd_connect = true;
+                self.arm_connect_timeout(now);
+            }
+        }
+        if self.timers.is_due(Timer::Connect, now) {
+            self.timers.stop(Timer::Connect);
+            if self.state == ConnState::Connecting {
+                ctx.stats.conn_connect_timeout += 1;
+                self.drop_path(ctx.stats);
             }
         }
         if self.timers.is_due(Timer::DelayedAck, now) {
@@ -382,6 +400,7 @@ impl Path {
                 self.state = ConnState::Connecting;
                 self.timers.stop(Timer::Reconnect);
                 self.reconnect_pending = false;
+                self.arm_connect_timeout(now);
                 true
             }
             (Flavor::Message, ConnState::Connecting) => {
@@ -418,6 +437,7 @@ impl Path {
         self.instance += 1;
         self.backoff.reset();
         self.timers.stop(Timer::Reconnect);
+        self.timers.stop(Timer::Connect);
         self.reconnect_pending = false;
         self.tx_stream_off = 0;
         self.stream_rx = StreamRx::default();
@@ -448,6 +468,7 @@ impl Path {
     pub fn handle_connect_failed(&mut self, now: Instant, ctx: &mut PathCtx<'_>) {
         if matches!(self.state, ConnState::Connecting | ConnState::Resetting) {
             self.state = ConnState::Down;
+            self.timers.stop(Timer::Connect);
             self.queue_reconnect(now, ctx);
         }
     }
@@ -471,6 +492,7 @@ impl Path {
     pub fn drop_path(&mut self, stats: &mut Stats) {
         if self.state != ConnState::Error {
             self.state = ConnState::Error;
+            self.timers.stop(Timer::Connect);
             self.cmd_disconnect = true;
             self.cmd_connect = false;
             stats.conn_reset += 1;
@@ -496,6 +518,7 @@ impl Path {
         }
         self.cmd_disconnect = false;
         self.reset(ctx);
+        self.timers.stop(Timer::Connect);
         self.state = ConnState::Down;
         self.events.down = true;
         self.queue_reconnect(now, ctx);

@@ -9,6 +9,7 @@
 //! | Connecting | Up | the transport reports the connection established |
 //! | Resetting | Up | a stream transport's accept replaced the connection |
 //! | Connecting | Down | the transport could not start the connect (then a reconnect is queued) |
+//! | Connecting | Error | a message transport's connection was not established within `connect_timeout` |
 //! | any | Error | a drop: transport failure, protocol violation, stale connection |
 //! | Error | Disconnecting | the transport was told to tear the connection down |
 //! | Disconnecting | Down | the transport finished: queues reset for retransmit, reconnect queued |
@@ -70,16 +71,18 @@ pub enum Timer {
     Reconnect = 0,
     /// Send the ack of received messages that did not ask for one.
     DelayedAck = 1,
+    /// A Connecting path gives up on its connection ([`PathConfig::connect_timeout`](super::PathConfig)).
+    Connect = 2,
 }
 
 impl Timer {
     /// Every timer, in table order.
-    pub const ALL: [Self; 2] = [Self::Reconnect, Self::DelayedAck];
+    pub const ALL: [Self; 3] = [Self::Reconnect, Self::DelayedAck, Self::Connect];
 }
 
 /// Deadlines by timer; `None` = not armed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TimerTable([Option<Instant>; 2]);
+pub struct TimerTable([Option<Instant>; 3]);
 
 impl TimerTable {
     /// Arms `t` at `at` (replacing an earlier deadline).
