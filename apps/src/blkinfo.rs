@@ -9,7 +9,7 @@
 //! on the client).
 //!
 //! `rtrs-info` prints `/sys/class/rtrs-server/<sess>/paths/<path>/` as `file value` lines:
-//! `state`, `hca_name`, and `stats/rdma` exactly as the kernel prints it
+//! `state`, `hca_name`, `src_addr`, `dst_addr`, and `stats/rdma` exactly as the kernel prints it
 //! (`read-cnt read-bytes write-cnt write-bytes`), then the counters the kernel does not have
 //! (heartbeats, protocol errors, completion errors, responses that waited for room).
 //! `--reset` (`/rtrs-reset`) zeroes the paths' counters first, as `stats/reset_all`.
@@ -209,6 +209,8 @@ pub fn render_rtrs(answer: &Value) -> Result<String, String> {
                 let mut add = |file: &str, v: String| rows.push(vec![format!("{dir}/{file}"), v]);
                 add("state", s(&p["state"]));
                 add("hca_name", s(&p["hca_name"]));
+                add("src_addr", s(&p["src_addr"]));
+                add("dst_addr", s(&p["dst_addr"]));
                 add("stats/rdma", s(&stats["rdma_sysfs"]));
                 for k in [
                     "hb_sent",
@@ -258,6 +260,7 @@ mod tests {
             "always_invalidate": false,
             "sessions": [{ "session": "c1", "paths": [{
                 "path": "path0", "state": "connected", "hca_name": "shm0",
+                "src_addr": "10.0.0.1:1234", "dst_addr": "10.0.0.2:40000",
                 "stats": { "rdma_sysfs": "3 12288 2 8256", "hb_sent": 0, "queued_responses": 0,
                            "protocol_errors": 0, "wc_errors": 0 }
             }]}],
@@ -274,6 +277,7 @@ mod tests {
         );
         assert!(has(&["c1/paths/path0/state", "connected"]), "{t}");
         assert!(has(&["c1/paths/path0/hca_name", "shm0"]), "{t}");
+        assert!(has(&["c1/paths/path0/dst_addr", "10.0.0.2:40000"]), "{t}");
         assert!(
             render_rtrs(&json!([]))
                 .unwrap_err()

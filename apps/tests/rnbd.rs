@@ -431,6 +431,9 @@ fn example_rnbd_server_serves_its_exports_to_an_rnbd_client() {
     let path = &v[0]["sessions"][0]["paths"][0];
     assert_eq!(v[0]["sessions"][0]["session"], "dpctl-test");
     assert_eq!(path["state"], "connected");
+    assert_eq!(path["src_addr"], "10.0.0.1:1234", "{path}");
+    let dst = path["dst_addr"].as_str().unwrap_or_default();
+    assert!(dst.parse::<std::net::SocketAddr>().is_ok(), "{path}");
     let rdma = &path["stats"]["rdma"];
     // RTRS READs: session info, 4 opens, 3 reads; WRITEs: the one write.
     assert_eq!(rdma["read_cnt"].as_u64(), Some(8), "{rdma}");

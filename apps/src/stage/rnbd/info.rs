@@ -4,10 +4,9 @@
 //! an `rtrs` part (the layout of `/sys/class/rtrs-server/<sess>/paths/<path>/`, with
 //! `stats/rdma` as the kernel prints it).
 //!
-//! Path addresses: the RTRS server driver keeps only a digest of a path's source and
-//! destination (for its duplicate-path check), so a path is named by its slot here
-//! (`path<idx>`) and the server's listen addresses are given; the client's address is not
-//! known to the server's API.
+//! A path is named by its slot (`path<idx>`; the kernel names the directory after the
+//! client's address), with `src_addr` and `dst_addr` (the server's and the client's
+//! address of the path's first connection) as in the kernel's sysfs.
 
 use dataplane::fabric::Provider;
 use dataplane::rnbd::backend::Backend;
@@ -174,10 +173,13 @@ fn rtrs<P: Provider>(srv: &RnbdServer<P, AnyBackend>, about: &About, listen: &[S
             let Some(st) = r.path_stats(p) else {
                 continue;
             };
+            let addrs = srv.driver().path_addrs(p);
             let mut v = json!({
                 "path": path_name(p),
                 "state": state(r.path_state(p)),
                 "hca_name": about.hca,
+                "src_addr": addrs.map(|a| a.0.to_string()),
+                "dst_addr": addrs.map(|a| a.1.to_string()),
                 "stats": {
                     "rdma": {
                         "read_cnt": st.rdma.read_cnt,

@@ -36,6 +36,9 @@ struct SPath<P: Provider> {
     per: u32,
     chunk_size: u32,
     conns: Vec<Option<QpRes<P>>>,
+    /// (ours, the client's) of the path's first accepted connection: sysfs `src_addr`,
+    /// `dst_addr`.
+    addrs: Option<(SocketAddr, SocketAddr)>,
 }
 
 impl<P: Provider> LocalMem for SPath<P> {
@@ -142,6 +145,17 @@ impl<P: Provider> ServerDriver<P> {
             .iter()
             .filter_map(|l| self.cm.listen_addr(*l))
             .collect()
+    }
+
+    /// A path's addresses, (ours, the client's), as the kernel's sysfs `src_addr` and
+    /// `dst_addr` of `/sys/class/rtrs-server/<sess>/paths/<path>/`; `None` before its
+    /// first connection was accepted.
+    pub fn path_addrs(&self, path: PathId) -> Option<(SocketAddr, SocketAddr)> {
+        self.paths
+            .get(usize::from(path.idx))?
+            .as_ref()
+            .filter(|p| p.id == path)?
+            .addrs
     }
 
     /// The driver's counters.
@@ -374,7 +388,9 @@ impl<P: Provider> ServerIo for ServerDriver<P> {
             let _ = cm.reject(request, private_data);
             return Err(-libc::ENOENT);
         };
+        let addrs = (request.local_addr(), request.peer_addr());
         let q = QpRes::accept(&*dev, &p.pd, cm, request, conn, sizes, private_data)?;
+        p.addrs.get_or_insert(addrs);
         let cid = usize::from(conn.cid);
         if p.conns.len() <= cid {
             p.conns.resize_with(cid + 1, || None);
@@ -575,6 +591,7 @@ impl<P: Provider> ServerIo for ServerDriver<P> {
             per,
             chunk_size: cs,
             conns: Vec::new(),
+            addrs: None,
         });
         Ok(())
     }
