@@ -270,6 +270,18 @@ fn connection_killed_under_traffic_loses_and_duplicates_nothing() {
         recv_all(&b, sb, count, |i| payload(7, i, len(i)));
     });
     assert!(tcp_counter(&a, "tcp_conn_lost") + tcp_counter(&b, "tcp_conn_lost") >= 1);
+    // The rule behind "nothing lost": a connection is closed only once it has been read to
+    // its end, since its unread bytes were acknowledged by our TCP and so released by the
+    // peer. A close that breaks it loses those messages unless the peer had not taken the
+    // ack yet (then it retransmits them), so the count catches the fault in runs where the
+    // comparison above does not.
+    for (n, name) in [(&a, "A"), (&b, "B")] {
+        assert_eq!(
+            tcp_counter(n, "tcp_closed_unread"),
+            0,
+            "{name} closed a connection that still held the peer's acknowledged bytes"
+        );
+    }
 }
 
 #[test]
