@@ -202,6 +202,11 @@ impl TcpTransport {
             .conns
             .insert(path, TcpConn::new(stream, path, self.cfg.rx_buffer, depth))
         {
+            // The parked accept waited for the old one to be read to its end; past
+            // PARK_LIMIT with nothing to read, bytes that arrived since are counted here.
+            if old.holds_bytes() {
+                self.stats.tcp_closed_unread += 1;
+            }
             old.kill();
         }
         engine.handle_connected(now, path, &[]);
