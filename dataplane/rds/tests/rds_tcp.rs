@@ -7,7 +7,7 @@
 //! `RDS_TCP_MP=1` runs every test with 8 paths (0 failures in 150 runs of the binary, and
 //! 300 of the kill tests; see `dp_rds::tcp` for the rule they check: a connection is
 //! closed only once read to its end). The ignored 16-kill stress test still failed 2 runs
-//! in about 2,000 (a second fault, single path too; see `dp_rds::tcp`).
+//! in about 3,000 (a second fault, single path too; see `dp_rds::tcp`).
 
 mod common;
 
@@ -260,7 +260,7 @@ fn connection_killed_under_traffic_multipath_loses_and_duplicates_nothing() {
 }
 
 /// 16 kills, 3 of 4 on the receiver, over 16,000 messages, with 8 paths. Not in the normal
-/// set: this load failed 2 runs in about 2,000 (single path and multipath alike: a run of
+/// set: this load failed 2 runs in about 3,000 (single path and multipath alike: a run of
 /// ~11 messages skipped with no connection closed unread, a second fault of issue 14 not
 /// found yet). Loop it: `rds_tcp-<hash> --ignored --test-threads=2 killed_16`.
 #[test]

@@ -56,7 +56,7 @@
 //!   **Multipath between our nodes is proven** over loopback with connections killed on
 //!   both sides under traffic (`tests/rds_tcp.rs`, 8 paths), as far as single path is:
 //!   a heavier kill loop (16 kills in 0.2 s, an ignored test) still skips a run of about
-//!   11 messages (2 runs in about 2,000), single path and multipath alike, with no connection
+//!   11 messages (2 runs in about 3,000), single path and multipath alike, with no connection
 //!   closed unread: a second fault, not found yet. Nodes that talk only to our nodes can
 //!   use [`TransportSpec::tcp`](crate::TransportSpec::tcp) as it is (8 paths).
 //!   Against the kernel's RDS, mprds is not yet proven in the lab: the lab's
