@@ -152,8 +152,8 @@
 //! and a transport declares `rdma` in its [`TransportSpec`]; the fabric transport does not
 //! declare it yet (it still needs the memory registration and the READ/WRITE work
 //! requests), so RDMA control messages fail with `EOPNOTSUPP` as on RDS-TCP. The RDS-TCP
-//! transport ([`tcp`]) is proven single-path; its multipath (mprds) over real sockets is
-//! not yet (see [`tcp`]).
+//! transport ([`tcp`]) is proven single-path and, between our own nodes, multipath; its
+//! multipath (mprds) against the kernel's RDS is not proven in the lab yet (see [`tcp`]).
 #![deny(unsafe_code)]
 
 pub mod addr;

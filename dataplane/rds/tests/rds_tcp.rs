@@ -3,9 +3,11 @@
 //! receiver, and hostile byte streams. Every node listens on its own 127.0.x.y address,
 //! on a port derived from the process id (tests of other checkouts may run at once).
 //!
-//! The nodes run single-path (multipath over real sockets is not proven yet; see
-//! `dp_rds::tcp`). `RDS_TCP_MP=1` runs the same tests with 8 paths: a few runs in 150
-//! still fail (ordering after connections are killed, see `dp_rds::tcp`).
+//! The nodes run single-path, except the multipath kill test, which always runs 8 paths;
+//! `RDS_TCP_MP=1` runs every test with 8 paths (0 failures in 150 runs of the binary, and
+//! 300 of the kill tests; see `dp_rds::tcp` for the rule they check: a connection is
+//! closed only once read to its end). The ignored 16-kill stress test still failed 2 runs
+//! in about 3,000 (a second fault, single path too; see `dp_rds::tcp`).
 
 mod common;
 
@@ -31,8 +33,12 @@ fn ip(s: &str) -> IpAddr {
 }
 
 fn node(name: &str, seed: u64, addr: &str) -> BlockingNode {
+    node_with(name, seed, addr, std::env::var("RDS_TCP_MP").is_ok())
+}
+
+fn node_with(name: &str, seed: u64, addr: &str, multipath: bool) -> BlockingNode {
     let spec = TransportSpec {
-        multipath: std::env::var("RDS_TCP_MP").is_ok(),
+        multipath,
         ..TransportSpec::tcp()
     };
     let engine = RdsEngine::new(engine_cfg(name, seed, spec)).unwrap();
@@ -232,12 +238,79 @@ fn larger_address_sending_first_is_refused_and_smaller_dials_back() {
 
 #[test]
 fn connection_killed_under_traffic_loses_and_duplicates_nothing() {
-    let (a_ip, b_ip) = ("127.0.43.1", "127.0.43.2");
-    let a = node("tcp-kill-a", 5, a_ip);
-    let b = node("tcp-kill-b", 6, b_ip);
+    let mp = std::env::var("RDS_TCP_MP").is_ok();
+    kill_under_traffic(
+        ["tcp-kill-a", "tcp-kill-b"],
+        ("127.0.43.1", "127.0.43.2"),
+        mp,
+        LIGHT,
+    );
+}
+
+/// The same with 8 paths whatever `RDS_TCP_MP` says: the kill hits a backlog on path 0
+/// while the other paths make the receiver write (map updates, pongs) to killed sockets.
+#[test]
+fn connection_killed_under_traffic_multipath_loses_and_duplicates_nothing() {
+    kill_under_traffic(
+        ["tcp-kmp-a", "tcp-kmp-b"],
+        ("127.0.46.1", "127.0.46.2"),
+        true,
+        LIGHT,
+    );
+}
+
+/// 16 kills, 3 of 4 on the receiver, over 16,000 messages, with 8 paths. Not in the normal
+/// set: this load failed 2 runs in about 3,000 (single path and multipath alike: a run of
+/// ~11 messages skipped with no connection closed unread, a second fault of issue 14 not
+/// found yet). Loop it: `rds_tcp-<hash> --ignored --test-threads=2 killed_16`.
+#[test]
+#[ignore = "stress loop for issue 14; fails rarely (a second fault, not found yet)"]
+fn connection_killed_16_times_under_traffic_multipath_loses_nothing() {
+    kill_under_traffic(
+        ["tcp-k16-a", "tcp-k16-b"],
+        ("127.0.47.1", "127.0.47.2"),
+        true,
+        HEAVY,
+    );
+}
+
+/// How hard [`kill_under_traffic`] kills: messages, kills, the pause between kills, and
+/// which of every 4 kills hit B (true; the receiver, whose killed sockets hold the
+/// backlog) or A.
+struct Kills {
+    count: u64,
+    kills: usize,
+    every: Duration,
+    on_b: [bool; 4],
+}
+
+const LIGHT: Kills = Kills {
+    count: 4000,
+    kills: 4,
+    every: Duration::from_millis(15),
+    on_b: [true, false, true, false],
+};
+
+const HEAVY: Kills = Kills {
+    count: 16_000,
+    kills: 16,
+    every: Duration::from_millis(10),
+    on_b: [true, true, true, false],
+};
+
+/// A sends `count` messages to B while both sides' connections are killed (`reset_all`:
+/// every socket shut both ways) in turn; B must receive each once, in order.
+fn kill_under_traffic(
+    [a_name, b_name]: [&str; 2],
+    (a_ip, b_ip): (&str, &str),
+    multipath: bool,
+    k: Kills,
+) {
+    let a = node_with(a_name, 5, a_ip, multipath);
+    let b = node_with(b_name, 6, b_ip, multipath);
     let sa = sock(&a, a_ip, 4000, 1 << 20);
     let sb = sock(&b, b_ip, 4001, 4 << 20);
-    let count = 4000u64;
+    let count = k.count;
     let len = |i: u64| (i as usize * 37) % 3000;
     std::thread::scope(|sc| {
         sc.spawn(|| {
@@ -254,9 +327,9 @@ fn connection_killed_under_traffic_loses_and_duplicates_nothing() {
         sc.spawn(|| {
             let start = StdInstant::now();
             let mut kills = 0;
-            while kills < 4 && start.elapsed() < Duration::from_secs(10) {
-                std::thread::sleep(Duration::from_millis(15));
-                let n = if kills % 2 == 0 {
+            while kills < k.kills && start.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(k.every);
+                let n = if k.on_b[kills % 4] {
                     b.with(|n, _| n.transport_mut(TransportKind::Tcp).unwrap().reset_all())
                 } else {
                     a.with(|n, _| n.transport_mut(TransportKind::Tcp).unwrap().reset_all())
@@ -270,6 +343,18 @@ fn connection_killed_under_traffic_loses_and_duplicates_nothing() {
         recv_all(&b, sb, count, |i| payload(7, i, len(i)));
     });
     assert!(tcp_counter(&a, "tcp_conn_lost") + tcp_counter(&b, "tcp_conn_lost") >= 1);
+    // The rule behind "nothing lost": a connection is closed only once it has been read to
+    // its end, since its unread bytes were acknowledged by our TCP and so released by the
+    // peer. A close that breaks it loses those messages unless the peer had not taken the
+    // ack yet (then it retransmits them), so the count catches the fault in runs where the
+    // comparison above does not.
+    for (n, name) in [(&a, "A"), (&b, "B")] {
+        assert_eq!(
+            tcp_counter(n, "tcp_closed_unread"),
+            0,
+            "{name} closed a connection that still held the peer's acknowledged bytes"
+        );
+    }
 }
 
 #[test]

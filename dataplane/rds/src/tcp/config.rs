@@ -91,6 +91,14 @@ pub struct TcpStats {
     pub tcp_connect_dropped_larger: u64,
     /// Connections that ended by an error, an end of stream or a protocol violation.
     pub tcp_conn_lost: u64,
+    /// Connections closed while the peer's bytes still waited in them (our buffer or the
+    /// socket). Only a protocol violation may do that (the rest of that stream is of no
+    /// use); any other such close loses messages the peer's TCP saw acknowledged, which
+    /// its RDS has released.
+    pub tcp_closed_unread: u64,
+    /// Writes that failed: the connection stopped writing and was read to its end before
+    /// it was reported lost (its unread bytes were acknowledged to the peer).
+    pub tcp_tx_failed: u64,
     /// Bytes written to sockets.
     pub tcp_tx_bytes: u64,
     /// Bytes read from sockets.
@@ -121,6 +129,8 @@ impl TcpStats {
             self.tcp_connect_dropped_larger,
         );
         f("tcp_conn_lost", self.tcp_conn_lost);
+        f("tcp_closed_unread", self.tcp_closed_unread);
+        f("tcp_tx_failed", self.tcp_tx_failed);
         f("tcp_tx_bytes", self.tcp_tx_bytes);
         f("tcp_rx_bytes", self.tcp_rx_bytes);
         f("tcp_writes", self.tcp_writes);

@@ -22,10 +22,12 @@ struct Pending {
     off: usize,
 }
 
-/// Why a connection ended.
+/// Why a connection ended. Only the read side says so: a connection is over once it has
+/// been read to its end (see [`TcpConn::send`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Lost {
-    /// The peer closed (end of stream) or the socket failed.
+    /// The peer closed (end of stream) or a read failed (reset, timeout), after every
+    /// byte the socket held was read.
     Socket,
 }
 
@@ -42,6 +44,9 @@ pub(super) struct TcpConn {
     written: u64,
     /// The acknowledged offset last reported to the engine.
     acked: u64,
+    /// A write failed: nothing more is written (the write side is shut), and the
+    /// connection lives until its read side ends.
+    tx_failed: bool,
 }
 
 impl TcpConn {
@@ -56,6 +61,7 @@ impl TcpConn {
             tx: VecDeque::with_capacity(depth.max(1) + 1),
             written: 0,
             acked: 0,
+            tx_failed: false,
         }
     }
 
@@ -155,22 +161,37 @@ impl TcpConn {
 
     /// Writes queued frames, gathered into `scratch` (many small frames per `write`), until
     /// the queue is empty or the socket is full. Every frame written completely is
-    /// completed to the engine (its token), which lets the path hand over more.
+    /// completed to the engine (its token), which lets the path hand over more. Returns
+    /// the work done.
+    ///
+    /// A failed write does not end the connection: the socket may still hold bytes of the
+    /// peer that our TCP acknowledged, so the peer's RDS released those messages, and
+    /// closing it now would drop them (`EPIPE` after our own shutdown, or `ECONNRESET`,
+    /// while the receive queue is still full: Linux keeps it readable). The connection
+    /// stops writing (its queued frames are retransmitted after the reset, as unacked) and
+    /// is reported lost by [`receive`](Self::receive) once read to its end.
     pub(super) fn send(
         &mut self,
         engine: &mut RdsEngine,
         now: Instant,
         scratch: &mut [u8],
         stats: &mut TcpStats,
-    ) -> Result<usize, Lost> {
+    ) -> usize {
         let mut work = 0;
-        while !self.tx.is_empty() {
+        while !self.tx.is_empty() && !self.tx_failed {
             let n = self.gather(engine, scratch);
             let w = match self.stream.write(&scratch[..n]) {
                 Ok(w) => w,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(work),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return work,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(_) => return Err(Lost::Socket),
+                Err(_) => {
+                    // Our write side is shut too, so that the peer ends the connection
+                    // whatever the error was (after our shutdown or a reset it already is).
+                    let _ = self.stream.shutdown(Shutdown::Write);
+                    self.tx_failed = true;
+                    stats.tcp_tx_failed += 1;
+                    return work + 1;
+                }
             };
             stats.tcp_writes += 1;
             stats.tcp_tx_bytes += w as u64;
@@ -193,10 +214,10 @@ impl TcpConn {
             // Zero-length frames cannot exist (a header is 48 bytes), so a short write
             // means the socket buffer is full.
             if w < n {
-                return Ok(work);
+                return work;
             }
         }
-        Ok(work)
+        work
     }
 
     /// Copies the unwritten bytes of the queued frames into `scratch`, in order, as many
@@ -236,25 +257,30 @@ impl TcpConn {
     }
 
     /// Reports the peer's acknowledged bytes to the engine: `written - SIOCOUTQ`. Queried
-    /// only while something written is unacknowledged.
+    /// only while something written is unacknowledged. Still valid after a failed write
+    /// or a reset (Linux keeps `write_seq` and `snd_una`); a failed query (not a
+    /// connected TCP socket any more) reports nothing, and the read side ends the
+    /// connection.
     pub(super) fn update_acked(
         &mut self,
         engine: &mut RdsEngine,
         now: Instant,
         stats: &mut TcpStats,
-    ) -> Result<usize, Lost> {
+    ) -> usize {
         if self.acked >= self.written {
-            return Ok(0);
+            return 0;
         }
         stats.tcp_ack_queries += 1;
-        let unacked = sys::unacked(&self.stream).map_err(|_| Lost::Socket)?;
+        let Ok(unacked) = sys::unacked(&self.stream) else {
+            return 0;
+        };
         let acked = self.written.saturating_sub(u64::from(unacked));
         if acked > self.acked {
             self.acked = acked;
             engine.handle_stream_acked(now, self.path, acked);
-            return Ok(1);
+            return 1;
         }
-        Ok(0)
+        0
     }
 }
 

@@ -185,6 +185,9 @@ impl TcpTransport {
     fn close(&mut self, path: PathId) {
         self.dialing.remove(&path);
         if let Some(c) = self.conns.remove(&path) {
+            if c.holds_bytes() {
+                self.stats.tcp_closed_unread += 1;
+            }
             c.kill();
         }
     }
@@ -199,6 +202,11 @@ impl TcpTransport {
             .conns
             .insert(path, TcpConn::new(stream, path, self.cfg.rx_buffer, depth))
         {
+            // The parked accept waited for the old one to be read to its end; past
+            // PARK_LIMIT with nothing to read, bytes that arrived since are counted here.
+            if old.holds_bytes() {
+                self.stats.tcp_closed_unread += 1;
+            }
             old.kill();
         }
         engine.handle_connected(now, path, &[]);
@@ -443,19 +451,11 @@ impl TcpTransport {
     /// Receives, sends and reports acks on every connection, in the order that keeps
     /// multipath ordering (see [`Self::receive_ordered`]).
     fn poll_conns(&mut self, engine: &mut RdsEngine, now: Instant) -> usize {
-        let (mut work, mut lost) = self.receive_ordered(engine, now);
+        let (mut work, lost) = self.receive_ordered(engine, now);
         if lost.is_none() {
             for c in self.conns.values_mut() {
-                let r = c
-                    .send(engine, now, &mut self.scratch, &mut self.stats)
-                    .and_then(|w| Ok(w + c.update_acked(engine, now, &mut self.stats)?));
-                match r {
-                    Ok(w) => work += w,
-                    Err(_) => {
-                        lost = Some(c.path);
-                        break;
-                    }
-                }
+                work += c.send(engine, now, &mut self.scratch, &mut self.stats);
+                work += c.update_acked(engine, now, &mut self.stats);
             }
         }
         if let Some(path) = lost {
@@ -583,13 +583,10 @@ impl Transport for TcpTransport {
         let depth = engine
             .path(path)
             .map_or(1, |p| p.config().send_depth as usize);
-        if c.queued() >= depth
-            && c.send(engine, now, &mut self.scratch, &mut self.stats)
-                .is_err()
-        {
-            self.stats.tcp_conn_lost += 1;
-            self.close(path);
-            engine.handle_transport_error(now, path);
+        if c.queued() >= depth {
+            // A failed write is reported by the read side, once the socket is read to
+            // its end (see TcpConn::send).
+            c.send(engine, now, &mut self.scratch, &mut self.stats);
         }
     }
 
