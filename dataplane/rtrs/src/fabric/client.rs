@@ -6,12 +6,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use dp_fabric::{
-    Access, CmChannel, ConnId, Device, MemoryRegion, PostError, PostErrorKind, ProtectionDomain,
-    Provider, QpState, Sge,
+    Access, CmChannel, ConnId, Device, MemoryRegion, PostError, ProtectionDomain, Provider, Sge,
 };
 use mempool::memory::{Region, RegionConfig};
 
-use super::qp::{ConnTable, LocalMem, QpRes, errno_of, poll_conn};
+use super::qp::{ConnTable, LocalMem, QpRes, errno_of, gone, poll_conn};
 use crate::clt::{ClientIo, ClientSession, DataRef, Mapped};
 use crate::timer::Instant;
 use crate::work::{CmEvent, Conn, Dir, OutOfBounds, PathId, QpSizes, RecvBuf, Wr};
@@ -367,13 +366,6 @@ impl<P: Provider> ConnTable<P> for ClientDriver<P> {
 
     fn count_completion(&mut self) {
         self.stats.completions += 1;
-    }
-}
-
-fn gone() -> PostError {
-    PostError {
-        index: 0,
-        kind: PostErrorKind::BadState(QpState::Error),
     }
 }
 

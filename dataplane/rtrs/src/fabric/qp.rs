@@ -43,6 +43,14 @@ pub(crate) fn errno_of(e: &dp_fabric::FabricError) -> i32 {
     }
 }
 
+/// The post error of a connection that is gone (its path or queue pair no longer exists).
+pub(crate) fn gone() -> PostError {
+    PostError {
+        index: 0,
+        kind: PostErrorKind::BadState(dp_fabric::QpState::Error),
+    }
+}
+
 /// A registered buffer of this side (receive or send buffers of the control path).
 struct Buf<P: Provider> {
     mem: Arc<Region>,

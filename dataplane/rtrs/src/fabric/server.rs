@@ -5,13 +5,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use dp_fabric::{
-    Access, CmChannel, ConnId, ConnRequest, Device, ListenId, MemoryRegion, PostError,
-    PostErrorKind, PrivateData, ProtectionDomain, Provider, QpState, Sge,
+    Access, CmChannel, ConnId, ConnRequest, Device, ListenId, MemoryRegion, PostError, PrivateData,
+    ProtectionDomain, Provider, Sge,
 };
 use mempool::memory::{Region, RegionConfig};
 
 use super::client::DriverStats;
-use super::qp::{ConnTable, LocalMem, QpRes, errno_of, poll_conn};
+use super::qp::{ConnTable, LocalMem, QpRes, errno_of, gone, poll_conn};
 use crate::srv::{CmToken, Server, ServerIo, SessId};
 use crate::timer::Instant;
 use crate::wire::SgDesc;
@@ -352,13 +352,6 @@ impl<P: Provider> ConnTable<P> for ServerDriver<P> {
 
     fn count_completion(&mut self) {
         self.stats.completions += 1;
-    }
-}
-
-fn gone() -> PostError {
-    PostError {
-        index: 0,
-        kind: PostErrorKind::BadState(QpState::Error),
     }
 }
 
