@@ -257,22 +257,31 @@ impl StressArgs {
                     let (served, _, _) =
                         run_on(ca, || self.passive(d, local, sockets, &shared, Some(limit)))??;
                     Ok(StressReport {
-                        msgs_per_sec: 0.0,
-                        gbps: 0.0,
-                        tasks: self.tasks,
-                        req_size: self.req,
-                        sockets,
-                        depth: self.depth,
-                        one_way: self.one_way,
-                        rows: Vec::new(),
-                        rtt: None,
                         served: Some(served),
-                        waits: [0; 3],
-                        counters: Vec::new(),
-                        iterations: [0; 2],
+                        ..self.report(sockets, 0.0)
                     })
                 }
             }
+        }
+    }
+
+    /// A report of `rate` requests/s over `sockets` with this run's parameters and nothing
+    /// else measured (the callers add what they measured).
+    fn report(&self, sockets: u32, rate: f64) -> StressReport {
+        StressReport {
+            msgs_per_sec: rate,
+            gbps: rate * self.req as f64 * 8.0 / 1e9,
+            tasks: self.tasks,
+            req_size: self.req,
+            sockets,
+            depth: self.depth,
+            one_way: self.one_way,
+            rows: Vec::new(),
+            rtt: None,
+            served: None,
+            waits: [0; 3],
+            counters: Vec::new(),
+            iterations: [0; 2],
         }
     }
 
@@ -295,19 +304,9 @@ impl StressArgs {
         let phase = Phase(AtomicU8::new(WARM));
         let [ca, cb] = common.cpus.as_array();
         let report = |rate: f64, waits: u64, served: Option<u64>| StressReport {
-            msgs_per_sec: rate,
-            gbps: rate * self.req as f64 * 8.0 / 1e9,
-            tasks: self.tasks,
-            req_size: self.req,
-            sockets,
-            depth: self.depth,
-            one_way: self.one_way,
-            rows: Vec::new(),
-            rtt: None,
             served,
             waits: [waits, 0, 0],
-            counters: Vec::new(),
-            iterations: [0; 2],
+            ..self.report(sockets, rate)
         };
         if self.pair {
             let (a, b) = run_pair(
@@ -649,22 +648,15 @@ impl StressArgs {
                     .then(|| PercentileSeries::from_histogram("round trip", &hist, 1.0))
                     .flatten();
                 return Ok(StressReport {
-                    msgs_per_sec: rate,
-                    gbps: rate * self.req as f64 * 8.0 / 1e9,
-                    tasks: self.tasks,
-                    req_size: self.req,
-                    sockets,
-                    depth: self.depth,
-                    one_way: self.one_way,
                     rows,
                     rtt,
-                    served: None,
                     waits,
                     counters: all_counters(&mut n)
                         .into_iter()
                         .map(|(k, v)| (k, v, 0))
                         .collect(),
                     iterations: [iters - iters0, 0],
+                    ..self.report(sockets, rate)
                 });
             }
         }
