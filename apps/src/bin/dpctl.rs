@@ -66,15 +66,8 @@ enum Command {
         /// The command to send: /stats (default), /lcores, /stages, /stage,NAME, /progress,
         /// /info, /help,CMD, or / for the list.
         command: Option<String>,
-        /// The pipeline's pid (needed when several run).
-        #[arg(long, conflicts_with = "socket")]
-        pid: Option<u32>,
-        /// The telemetry socket path.
-        #[arg(long)]
-        socket: Option<PathBuf>,
-        /// Where to look for sockets (default: the shm rendezvous directory).
-        #[arg(long)]
-        dir: Option<PathBuf>,
+        #[command(flatten)]
+        pipeline: Pipeline,
     },
     /// Print the RDS nodes of a running pipeline (its rds_sender and rds_receiver stages)
     /// with the sections of Linux `rds-info`, read from its telemetry socket. No section
@@ -134,6 +127,13 @@ struct InfoTarget {
     /// Print the telemetry answer as JSON.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    pipeline: Pipeline,
+}
+
+/// Which running pipeline's telemetry socket a command asks (`stats` and the info commands).
+#[derive(Debug, clap::Args)]
+struct Pipeline {
     /// The pipeline's pid (needed when several run).
     #[arg(long, conflicts_with = "socket")]
     pid: Option<u32>,
@@ -236,12 +236,9 @@ fn main() -> ExitCode {
                 None => run_demo(duration, json, progress, &plot),
             }
         }
-        Command::Stats {
-            command,
-            pid,
-            socket,
-            dir,
-        } => stats(command.as_deref().unwrap_or("/stats"), pid, socket, dir),
+        Command::Stats { command, pipeline } => {
+            stats(command.as_deref().unwrap_or("/stats"), pipeline)
+        }
         Command::RdsInfo {
             counters,
             sockets,
@@ -412,8 +409,8 @@ fn run_demo(
     }
 }
 
-fn stats(cmd: &str, pid: Option<u32>, socket: Option<PathBuf>, dir: Option<PathBuf>) -> ExitCode {
-    let (mut c, path) = match connect(pid, socket, dir) {
+fn stats(cmd: &str, pipeline: Pipeline) -> ExitCode {
+    let (mut c, path) = match connect(pipeline) {
         Ok(x) => x,
         Err(code) => return code,
     };
@@ -437,7 +434,7 @@ fn info_cmd(
     t: InfoTarget,
     render: impl FnOnce(&serde_json::Value) -> Result<String, String>,
 ) -> ExitCode {
-    let (mut c, path) = match connect(t.pid, t.socket, t.dir) {
+    let (mut c, path) = match connect(t.pipeline) {
         Ok(x) => x,
         Err(code) => return code,
     };
@@ -479,11 +476,7 @@ fn info_cmd(
 
 /// Connects to the telemetry socket of a running pipeline: the given socket, the given
 /// pid's, or the only one in the directory.
-fn connect(
-    pid: Option<u32>,
-    socket: Option<PathBuf>,
-    dir: Option<PathBuf>,
-) -> Result<(Client, PathBuf), ExitCode> {
+fn connect(Pipeline { pid, socket, dir }: Pipeline) -> Result<(Client, PathBuf), ExitCode> {
     let dir = dir.unwrap_or_else(|| run::telemetry_dir(None));
     let path = match (socket, pid) {
         (Some(s), _) => s,
