@@ -41,8 +41,10 @@ use crate::PerfError;
 use crate::harness::ProviderKind;
 use crate::harness::open_verbs;
 
+pub mod check;
 mod kernel;
 mod ksock;
+pub mod pattern;
 pub mod ping;
 pub mod stress;
 
@@ -102,6 +104,25 @@ pub struct RdsFabric {
     /// listen on 26385 behind a redirect, dial the kernel's 16385).
     #[arg(long, value_name = "PORT")]
     pub tcp_peer_port: Option<u16>,
+    /// RDS-TCP paths: 1 (single path; a peer's probe ping is answered as a legacy peer
+    /// would) or 8 (mprds: NPATHS 8 in the probe, `min(8, peer's)` paths negotiated).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse_paths)]
+    pub paths: u8,
+    /// RDS-TCP multipath: map an accepted connection to path `sport % 8` (SPORT_IDX, as
+    /// our nodes and newer kernels dial). Off by default: a Linux 6.1 dialler binds random
+    /// ports, so an accepted connection takes the first path that is down, as in 6.1.
+    #[arg(long)]
+    pub sport_idx: bool,
+}
+
+/// `--paths`: 1 or 8 (`RDS_MPATH_WORKERS`; the engine offers all 8 or none).
+fn parse_paths(s: &str) -> Result<u8, String> {
+    match s.parse::<u8>() {
+        Ok(n @ (1 | 8)) => Ok(n),
+        _ => Err(format!(
+            "'{s}': RDS-TCP runs 1 path or negotiates 8 (RDS_MPATH_WORKERS): give 1 or 8"
+        )),
+    }
 }
 
 impl RdsFabric {
@@ -144,11 +165,11 @@ impl RdsFabric {
     }
 }
 
-/// The RDS-TCP spec of the benchmark: single path (multipath over sockets is not proven
-/// yet), 64 frames handed to the transport per batch.
-fn tcp_spec() -> TransportSpec {
+/// The RDS-TCP spec of the benchmark: single path unless `--paths 8`, 64 frames handed to
+/// the transport per batch.
+fn tcp_spec(paths: u8) -> TransportSpec {
     TransportSpec {
-        multipath: false,
+        multipath: paths > 1,
         path: PathConfig {
             send_depth: 64,
             ..PathConfig::stream()
@@ -172,7 +193,11 @@ pub(crate) fn node(
     let tcp = fab.transport == RdsTransport::Tcp;
     let mut cfg = RdsConfig {
         name: format!("dp-perf-rds-{addr}"),
-        transports: vec![if tcp { tcp_spec() } else { TransportSpec::ib() }],
+        transports: vec![if tcp {
+            tcp_spec(fab.paths)
+        } else {
+            TransportSpec::ib()
+        }],
         seed,
         max_sockets: max_sockets.max(16),
         msgs: (frags * 2).max(1024),
@@ -187,6 +212,7 @@ pub(crate) fn node(
         let mut n = RdsNode::new(engine);
         let tcfg = TcpConfig {
             peer_port: fab.tcp_peer_port.unwrap_or(fab.tcp_port),
+            sport_idx: fab.sport_idx,
             ..TcpConfig::with_port(fab.tcp_port)
         };
         n.add_transport(Box::new(TcpTransport::new(tcfg)))

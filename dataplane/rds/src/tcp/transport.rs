@@ -98,6 +98,15 @@ impl TcpTransport {
         })
     }
 
+    /// Every live connection's path with the bytes written to and read from it since it
+    /// was set up (which paths a multipath connection's traffic uses).
+    pub fn path_bytes(&self) -> impl Iterator<Item = (PathId, u64, u64)> + '_ {
+        self.conns.values().map(|c| {
+            let (w, r) = c.bytes();
+            (c.path, w, r)
+        })
+    }
+
     /// The address a listener is bound to (its port, when the configuration said 0).
     pub fn listen_addr(&self, ip: IpAddr) -> Option<SocketAddr> {
         self.listeners
