@@ -58,8 +58,13 @@ def payload(j, size):
 def rds_socket(addr, port, buf):
     s = socket.socket(socket.AF_RDS, socket.SOCK_SEQPACKET, 0)
     s.setsockopt(SOL_RDS, SO_RDS_TRANSPORT, RDS_TRANS_TCP)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buf)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buf)
+    # RDS refuses a message longer than half of SO_SNDBUF (EMSGSIZE), and SO_SNDBUF is capped
+    # at net.core.wmem_max (208 KiB by default): the FORCE variants (root) pass the cap.
+    for force, plain in ((32, socket.SO_SNDBUF), (33, socket.SO_RCVBUF)):  # SO_*BUFFORCE
+        try:
+            s.setsockopt(socket.SOL_SOCKET, force, buf)
+        except PermissionError:
+            s.setsockopt(socket.SOL_SOCKET, plain, buf)
     s.bind((addr, port))
     return s
 

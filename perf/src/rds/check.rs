@@ -2,7 +2,7 @@
 //!
 //! One side sends (`--send -r ADDR -s PEER`), the other receives (`--recv -r ADDR`): a run
 //! of `-n` messages whose sizes and bytes both sides derive from `(-n, --seed)` (see
-//! [`pattern`](super::pattern): 0 B, 1 B, 47, 48, 4095..4097, 65535, 65536, 1 MiB, then
+//! [`pattern`]: 0 B, 1 B, 47, 48, 4095..4097, 65535, 65536, 1 MiB, then
 //! random sizes up to 1 MiB), sent from `--sockets` sockets (ports `-p`+1.., message `j`
 //! from socket `j % sockets`) to the receiver's one socket on port `-p`. The receiver
 //! identifies each message by its number and pattern and counts what came intact, twice,
@@ -123,6 +123,9 @@ pub struct CheckReport {
     pub npaths: u8,
     /// RDS-TCP paths with a live connection at the end: (index, bytes written, bytes read).
     pub paths: Vec<(u8, u64, u64)>,
+    /// RDS-TCP connections that ended under the run (`tcp_conn_lost`: reset, end of
+    /// stream or error; each path was reconnected and its unacked messages resent).
+    pub conn_lost: u64,
 }
 
 impl CheckArgs {
@@ -206,6 +209,14 @@ impl CheckArgs {
                 v
             })
             .unwrap_or_default();
+        let mut conn_lost = 0;
+        if let Some(t) = n.transport_mut(TransportKind::Tcp) {
+            t.counters(&mut |k, v| {
+                if k == "tcp_conn_lost" {
+                    conn_lost = v;
+                }
+            });
+        }
         CheckReport {
             role,
             count: self.count,
@@ -220,6 +231,7 @@ impl CheckArgs {
             seconds: 0.0,
             npaths,
             paths,
+            conn_lost,
         }
     }
 
@@ -443,6 +455,7 @@ impl Report for CheckReport {
             "stalled_secs": self.stalled_secs,
             "seconds": self.seconds,
             "npaths": self.npaths,
+            "conn_lost": self.conn_lost,
             "paths": self.paths.iter().map(|&(i, w, r)| json!({"index": i, "tx_bytes": w, "rx_bytes": r})).collect::<Vec<_>>(),
         }})
     }
@@ -483,7 +496,11 @@ impl Report for CheckReport {
             )?;
         }
         if !self.paths.is_empty() {
-            writeln!(out, "RDS-TCP paths (negotiated {}):", self.npaths)?;
+            writeln!(
+                out,
+                "RDS-TCP paths (negotiated {}; connections lost under the run: {}):",
+                self.npaths, self.conn_lost
+            )?;
             for (i, w, r) in &self.paths {
                 writeln!(out, "  path {i}: {w} bytes written, {r} bytes read")?;
             }

@@ -108,11 +108,11 @@ pub struct RdsFabric {
     /// would) or 8 (mprds: NPATHS 8 in the probe, `min(8, peer's)` paths negotiated).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse_paths)]
     pub paths: u8,
-    /// RDS-TCP multipath: map an accepted connection to path `sport % 8` (SPORT_IDX, as
-    /// our nodes and newer kernels dial). Off by default: a Linux 6.1 dialler binds random
-    /// ports, so an accepted connection takes the first path that is down, as in 6.1.
+    /// RDS-TCP multipath without SPORT_IDX, as Linux 6.1: our probes do not offer it, our
+    /// dialler binds random ports, and accepted connections take the first path that is
+    /// down. (With it, the default, a peer that does not offer it gets that rule anyway.)
     #[arg(long)]
-    pub sport_idx: bool,
+    pub no_sport_idx: bool,
 }
 
 /// `--paths`: 1 or 8 (`RDS_MPATH_WORKERS`; the engine offers all 8 or none).
@@ -167,9 +167,10 @@ impl RdsFabric {
 
 /// The RDS-TCP spec of the benchmark: single path unless `--paths 8`, 64 frames handed to
 /// the transport per batch.
-fn tcp_spec(paths: u8) -> TransportSpec {
+fn tcp_spec(paths: u8, no_sport_idx: bool) -> TransportSpec {
     TransportSpec {
         multipath: paths > 1,
+        sport_idx: !no_sport_idx,
         path: PathConfig {
             send_depth: 64,
             ..PathConfig::stream()
@@ -194,7 +195,7 @@ pub(crate) fn node(
     let mut cfg = RdsConfig {
         name: format!("dp-perf-rds-{addr}"),
         transports: vec![if tcp {
-            tcp_spec(fab.paths)
+            tcp_spec(fab.paths, fab.no_sport_idx)
         } else {
             TransportSpec::ib()
         }],
@@ -212,7 +213,6 @@ pub(crate) fn node(
         let mut n = RdsNode::new(engine);
         let tcfg = TcpConfig {
             peer_port: fab.tcp_peer_port.unwrap_or(fab.tcp_port),
-            sport_idx: fab.sport_idx,
             ..TcpConfig::with_port(fab.tcp_port)
         };
         n.add_transport(Box::new(TcpTransport::new(tcfg)))
