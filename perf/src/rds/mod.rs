@@ -1,5 +1,7 @@
 //! RDS over the fabric, measured as rds-tools measure the kernel's RDS: `dp-perf
-//! rds-stress` ([`stress`]) and `dp-perf rds-ping` ([`ping`]).
+//! rds-stress` ([`stress`]) and `dp-perf rds-ping` ([`ping`]); and checked: `dp-perf
+//! rds-check` ([`check`]: every message once, in order, byte-exact, against our nodes or,
+//! with `scripts/rds-check-kernel.py`, the kernel's AF_RDS).
 //!
 //! Each side is one RDS node (an engine with its address and the fabric transport over
 //! shm) run by one pinned thread as an lcore would run it: a run-to-completion loop of
