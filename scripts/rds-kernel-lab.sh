@@ -24,7 +24,9 @@
 #   congestion: the receiver stops reading for a few seconds after 20 messages, and the sender saw
 #               ENOBUFS (the receiver's congestion map marked the port; EAGAIN alone is not enough);
 #   reset:      the kernel's RDS-TCP connection is killed (`ss -K` in its namespace) while the run
-#               flows, 3 times (2 in --quick), and our side saw its connection lost (tcp_conn_lost);
+#               flows (up to 3 times, 2 in --quick, each once the connection is up again; in the
+#               emulated VM a run of 800 messages lasts ~1.5 s and outlasts one kill), and our side saw
+#               its connection lost (tcp_conn_lost);
 #   mprds:      our node with --paths 8 and 8 sender sockets: 8 paths negotiated with the kernel (our
 #               count), more than one path carried over 256 KiB (our per-path bytes), and the kernel's
 #               namespace had more than one established RDS-TCP connection (`ss -tn`), with ours
