@@ -34,6 +34,7 @@ use crate::figures::PlotArgs;
 use crate::lcore_perf::{self, LcoreConfig};
 use crate::limit::{self, LimitConfig};
 use crate::pool_perf::{self, MempoolConfig};
+use crate::rds::check::CheckArgs;
 use crate::rds::ping::PingArgs;
 use crate::rds::stress::StressArgs;
 use crate::ring_perf::{self, RingConfig};
@@ -103,6 +104,9 @@ pub enum Command {
     /// rds-tools' rds-ping over this RDS: 0-byte pings to port 0 and their pongs; --pair
     /// runs both ends here.
     RdsPing(PingArgs),
+    /// Every message once, in order, byte-exact: a run of 0 B..1 MiB messages from
+    /// --send to --recv, checked; a stalled receiver (--stall-after) tests congestion.
+    RdsCheck(CheckArgs),
     /// Draw figure files that earlier runs wrote with `--plot FILE.json` into one chart
     /// (`--plot OUT.svg`): an rsocket run next to its `--tcp` twin, write against send.
     Plot(PlotArgs),
@@ -132,6 +136,7 @@ impl Command {
             Self::Rtrs(a) => Box::new(a.run(common)?),
             Self::RdsStress(a) => Box::new(a.run(common)?),
             Self::RdsPing(a) => Box::new(a.run(common)?),
+            Self::RdsCheck(a) => Box::new(a.run(common)?),
             Self::Plot(a) => Box::new(a.run()?),
         })
     }
@@ -147,6 +152,7 @@ impl Command {
             Self::Ring(_) => "ring",
             Self::Mempool(_) => "mempool",
             Self::Lcore(_) => "lcore",
+            Self::RdsCheck(_) => "rds-check",
             _ => "",
         };
         if common.plot.is_empty() {
@@ -175,6 +181,7 @@ impl Command {
             Self::Blk(a) => a.server,
             Self::RdsStress(a) => !a.pair && a.peer.is_none(),
             Self::RdsPing(a) => !a.pair && a.dest.is_none(),
+            Self::RdsCheck(a) => a.recv,
             _ => false,
         };
         if server {

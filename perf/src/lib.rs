@@ -15,6 +15,7 @@
 //! | `dp-perf blk` | [`blk`] | fio (`--rw`, `--bs`, `--iodepth`, ...; fio's summary and JSON) |
 //! | `dp-perf rtrs` | [`rtrs`] | fio over RNBD (RTRS block IO, multipath failover) |
 //! | `dp-perf rds-stress`, `rds-ping` | [`rds`] | rds-tools' `rds-stress`, `rds-ping` |
+//! | `dp-perf rds-check` | [`rds::check`] | every message once, in order, byte-exact (the kernel lab's checks) |
 //! | `dp-perf plot` | [`figures`] | draws `--plot FILE.json` data of several runs in one chart |
 //!
 //! # Rules every measurement follows

@@ -1,6 +1,7 @@
 //! `dp-perf rds-stress` and `rds-ping` end to end with `--pair` (two RDS nodes over shm in
 //! one process): the JSON shapes the perf lab's checks read, exactly, with real
 //! measurements; the table's rds-stress columns; bad options refused with a clear line.
+//! `dp-perf rds-check` between two processes over RDS-TCP on loopback.
 
 use std::process::{Command, Output};
 
@@ -145,4 +146,67 @@ fn bad_rds_options_are_refused_with_a_reason() {
     let out = dp_perf(&["rds-stress", "--pair", "--provider", "verbs"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("two processes"));
+}
+
+/// `dp-perf rds-check` between two processes over RDS-TCP on loopback, 8 paths, 8 sender
+/// sockets: the receiver's JSON says every message came once, in order, intact (the
+/// shape scripts/rds-kernel-lab.sh reads), the sender's that it heard DONE.
+#[test]
+fn rds_check_tcp_loopback_run_is_whole() {
+    let port = (21000 + std::process::id() % 9000).to_string();
+    let common = [
+        "--transport",
+        "tcp",
+        "--tcp-port",
+        port.as_str(),
+        "--paths",
+        "8",
+        "-n",
+        "40",
+        "--json",
+    ];
+    let recv = Command::new(env!("CARGO_BIN_EXE_dp-perf"))
+        .args(["rds-check", "--recv", "-r", "127.0.81.2", "--idle", "5"])
+        .args(common)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run dp-perf");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut send_args = vec![
+        "rds-check",
+        "--send",
+        "-r",
+        "127.0.81.1",
+        "-s",
+        "127.0.81.2",
+    ];
+    send_args.extend(["--sockets", "8", "--timeout", "20"]);
+    send_args.extend(common);
+    let sent: Value = serde_json::from_str(ok_stdout(&send_args).trim()).expect("JSON");
+    let out = recv.wait_with_output().expect("receiver");
+    let got: Value = serde_json::from_slice(&out.stdout).expect("receiver JSON");
+    let (s, r) = (&sent["rds_check"], &got["rds_check"]);
+    assert_eq!(s["sent"], 40, "{s}");
+    assert_eq!(s["done"], true, "{s}");
+    for (k, want) in [
+        ("received", 40),
+        ("missing", 0),
+        ("duplicated", 0),
+        ("out_of_order", 0),
+        ("corrupt", 0),
+    ] {
+        assert_eq!(r[k], want, "{k}: {r}");
+    }
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["npaths"], 8, "{r}");
+}
+
+#[test]
+fn bad_rds_check_options_are_refused_with_a_reason() {
+    let out = dp_perf(&["rds-check", "--send", "-r", "127.0.0.1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("-s ADDR"));
+    let out = dp_perf(&["rds-check", "--recv", "-r", "127.0.0.1", "--paths", "3"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("give 1 or 8"));
 }

@@ -41,6 +41,10 @@ fn node_with(name: &str, seed: u64, addr: &str, multipath: bool) -> BlockingNode
         multipath,
         ..TransportSpec::tcp()
     };
+    node_spec(name, seed, addr, spec)
+}
+
+fn node_spec(name: &str, seed: u64, addr: &str, spec: TransportSpec) -> BlockingNode {
     let engine = RdsEngine::new(engine_cfg(name, seed, spec)).unwrap();
     let mut n = RdsNode::new(engine);
     n.add_transport(Box::new(TcpTransport::new(TcpConfig::with_port(port()))))
@@ -233,6 +237,104 @@ fn larger_address_sending_first_is_refused_and_smaller_dials_back() {
             port(),
             "B's surviving connections are all accepted ones"
         );
+    }
+}
+
+/// Linux 6.1's multipath dialler binds random source ports and its probe has no
+/// SPORT_IDX: our passive side (SPORT_IDX on, the default) must take its first connection
+/// as path 0, not as path `sport % 8`, or its own messages wait on a path 0 that nobody
+/// dials (found against the kernel in scripts/rds-kernel-lab.sh). A's dialler here is
+/// 6.1-like (`sport_idx: false`); three fresh pairs, as a random port names path 0 one
+/// time in 8.
+#[test]
+fn multipath_accept_from_a_random_port_dialler_takes_path_0() {
+    let six_one = TransportSpec {
+        sport_idx: false,
+        ..TransportSpec::tcp()
+    };
+    for round in 0..3u8 {
+        let a_ip = format!("127.0.43.{}", 2 * round + 1);
+        let b_ip = format!("127.0.43.{}", 2 * round + 2);
+        let a = node_spec("tcp-61-a", 31, &a_ip, six_one);
+        let b = node_with("tcp-61-b", 32, &b_ip, true);
+        let sa = sock(&a, &a_ip, 4000, 4 << 20);
+        let sb: Vec<RdsSocket> = (0..8).map(|k| sock(&b, &b_ip, 4001 + k, 4 << 20)).collect();
+        let t = Some(Duration::from_secs(5));
+        a.send_to(sa, SocketAddr::new(ip(&b_ip), 4001), b"hello", t)
+            .unwrap();
+        let mut buf = [0u8; 256];
+        let got = b.recv_from(sb[0], &mut buf, t);
+        assert!(matches!(got, Ok(Received::Data { len: 5, .. })), "{got:?}");
+        // B answers from 8 sockets, which hash over the paths once negotiated.
+        for (k, &s) in sb.iter().enumerate() {
+            b.send_to(s, SocketAddr::new(ip(&a_ip), 4000), &[k as u8; 100], t)
+                .unwrap();
+        }
+        let mut seen = [false; 8];
+        for _ in 0..8 {
+            match a.recv_from(sa, &mut buf, t) {
+                Ok(Received::Data { len: 100, from, .. }) => {
+                    seen[usize::from(from.port() - 4001)] = true;
+                }
+                other => panic!(
+                    "round {round}: B's answer did not reach the 6.1-like dialler: {other:?}; \
+                     B's live connections {:?}",
+                    conns(&b)
+                ),
+            }
+        }
+        assert_eq!(seen, [true; 8]);
+        assert!(!peer_sport_idx(&b), "a 6.1-like probe taken for SPORT_IDX");
+    }
+    // Two SPORT_IDX nodes (the default): the probes say so, so every accepted connection
+    // serves the path its source port names.
+    let (a_ip, b_ip) = ("127.0.43.11", "127.0.43.12");
+    let a = node_with("tcp-si-a", 33, a_ip, true);
+    let b = node_with("tcp-si-b", 34, b_ip, true);
+    let sa: Vec<RdsSocket> = (0..8).map(|k| sock(&a, a_ip, 4001 + k, 4 << 20)).collect();
+    let sb = sock(&b, b_ip, 4000, 4 << 20);
+    for (k, &s) in sa.iter().enumerate() {
+        a.send_to(s, SocketAddr::new(ip(b_ip), 4000), &[k as u8; 100], T)
+            .unwrap();
+    }
+    recv_any(&b, sb, 8);
+    let by_path = || {
+        b.with(|n, _| {
+            let t = n.transport_mut(TransportKind::Tcp).unwrap();
+            let t = t.as_any().unwrap().downcast_ref::<TcpTransport>().unwrap();
+            t.connections()
+                .map(|(p, _, peer)| (p.index, peer.port()))
+                .collect::<Vec<_>>()
+        })
+    };
+    // A dials paths 1..7 once the probe is answered.
+    let t0 = StdInstant::now();
+    while by_path().len() < 8 && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let by_path = by_path();
+    assert_eq!(by_path.len(), 8, "{by_path:?}");
+    assert!(peer_sport_idx(&b), "A's probe did not offer SPORT_IDX");
+    for (index, port) in by_path {
+        assert_eq!(u16::from(index), port % 8, "accepted from port {port}");
+    }
+}
+
+/// Whether the node's (only) connection's peer offered SPORT_IDX in its probe.
+fn peer_sport_idx(n: &BlockingNode) -> bool {
+    n.with(|n, _| {
+        let e = n.engine();
+        let (c, _, _) = e.connections().next().expect("a connection");
+        e.conn_peer_sport_idx(c)
+    })
+}
+
+/// Receives `count` messages of any content on `s`.
+fn recv_any(n: &BlockingNode, s: RdsSocket, count: usize) {
+    let mut buf = vec![0u8; 4096];
+    for i in 0..count {
+        let r = n.recv_from(s, &mut buf, T);
+        assert!(matches!(r, Ok(Received::Data { .. })), "message {i}: {r:?}");
     }
 }
 

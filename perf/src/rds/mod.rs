@@ -1,5 +1,7 @@
 //! RDS over the fabric, measured as rds-tools measure the kernel's RDS: `dp-perf
-//! rds-stress` ([`stress`]) and `dp-perf rds-ping` ([`ping`]).
+//! rds-stress` ([`stress`]) and `dp-perf rds-ping` ([`ping`]); and checked: `dp-perf
+//! rds-check` ([`check`]: every message once, in order, byte-exact, against our nodes or,
+//! with `scripts/rds-check-kernel.py`, the kernel's AF_RDS).
 //!
 //! Each side is one RDS node (an engine with its address and the fabric transport over
 //! shm) run by one pinned thread as an lcore would run it: a run-to-completion loop of
@@ -41,8 +43,10 @@ use crate::PerfError;
 use crate::harness::ProviderKind;
 use crate::harness::open_verbs;
 
+pub mod check;
 mod kernel;
 mod ksock;
+pub mod pattern;
 pub mod ping;
 pub mod stress;
 
@@ -102,6 +106,25 @@ pub struct RdsFabric {
     /// listen on 26385 behind a redirect, dial the kernel's 16385).
     #[arg(long, value_name = "PORT")]
     pub tcp_peer_port: Option<u16>,
+    /// RDS-TCP paths: 1 (single path; a peer's probe ping is answered as a legacy peer
+    /// would) or 8 (mprds: NPATHS 8 in the probe, `min(8, peer's)` paths negotiated).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse_paths)]
+    pub paths: u8,
+    /// RDS-TCP multipath without SPORT_IDX, as Linux 6.1: our probes do not offer it, our
+    /// dialler binds random ports, and accepted connections take the first path that is
+    /// down. (With it, the default, a peer that does not offer it gets that rule anyway.)
+    #[arg(long)]
+    pub no_sport_idx: bool,
+}
+
+/// `--paths`: 1 or 8 (`RDS_MPATH_WORKERS`; the engine offers all 8 or none).
+fn parse_paths(s: &str) -> Result<u8, String> {
+    match s.parse::<u8>() {
+        Ok(n @ (1 | 8)) => Ok(n),
+        _ => Err(format!(
+            "'{s}': RDS-TCP runs 1 path or negotiates 8 (RDS_MPATH_WORKERS): give 1 or 8"
+        )),
+    }
 }
 
 impl RdsFabric {
@@ -144,11 +167,12 @@ impl RdsFabric {
     }
 }
 
-/// The RDS-TCP spec of the benchmark: single path (multipath over sockets is not proven
-/// yet), 64 frames handed to the transport per batch.
-fn tcp_spec() -> TransportSpec {
+/// The RDS-TCP spec of the benchmark: single path unless `--paths 8`, 64 frames handed to
+/// the transport per batch.
+fn tcp_spec(paths: u8, no_sport_idx: bool) -> TransportSpec {
     TransportSpec {
-        multipath: false,
+        multipath: paths > 1,
+        sport_idx: !no_sport_idx,
         path: PathConfig {
             send_depth: 64,
             ..PathConfig::stream()
@@ -172,7 +196,11 @@ pub(crate) fn node(
     let tcp = fab.transport == RdsTransport::Tcp;
     let mut cfg = RdsConfig {
         name: format!("dp-perf-rds-{addr}"),
-        transports: vec![if tcp { tcp_spec() } else { TransportSpec::ib() }],
+        transports: vec![if tcp {
+            tcp_spec(fab.paths, fab.no_sport_idx)
+        } else {
+            TransportSpec::ib()
+        }],
         seed,
         max_sockets: max_sockets.max(16),
         msgs: (frags * 2).max(1024),

@@ -50,6 +50,13 @@ pub struct TransportSpec {
     /// It can carry RDMA operations (phase 2: the fabric transport). Without, RDMA control
     /// messages fail with `EOPNOTSUPP`, as on RDS-TCP.
     pub rdma: bool,
+    /// Multipath over TCP with SPORT_IDX (`RDS_EXTHDR_SPORT_IDX`, Linux 2025): our probes
+    /// say so, our dialler binds the source port of path `i` to a port `p` with
+    /// `p % 8 == i`, and a connection accepted from a peer whose probe said so is mapped to
+    /// path `sport % 8` (the same path across reconnects). A peer whose probe does not say
+    /// so (Linux 6.1 dials from random ports) gets 6.1's rule whatever this says: path 0
+    /// until negotiated, then the first path that is down. On by default for TCP.
+    pub sport_idx: bool,
 }
 
 impl TransportSpec {
@@ -60,6 +67,7 @@ impl TransportSpec {
             path: PathConfig::message(),
             multipath: false,
             rdma: false,
+            sport_idx: false,
         }
     }
 
@@ -70,6 +78,7 @@ impl TransportSpec {
             path: PathConfig::stream(),
             multipath: true,
             rdma: false,
+            sport_idx: true,
         }
     }
 }

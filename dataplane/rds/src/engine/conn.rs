@@ -32,6 +32,8 @@ pub(crate) struct Conn {
     pub(crate) ping_triggered: bool,
     /// The peer's generation number (0: unknown).
     pub(crate) peer_gen: u32,
+    /// The peer's last probe carried SPORT_IDX: its dialler's source ports name their path.
+    pub(crate) peer_sport_idx: bool,
     /// A congestion-map update is pending (`c_map_queued`).
     pub(crate) map_queued: bool,
     pub(crate) lcong: MapIdx,
@@ -70,6 +72,7 @@ impl Conn {
             npaths: if spec.multipath { 0 } else { 1 },
             ping_triggered: false,
             peer_gen: 0,
+            peer_sport_idx: false,
             map_queued: false,
             lcong,
             fcong,

@@ -276,6 +276,14 @@ impl RdsEngine {
         self.conns.get(conn as usize).map(|c| c.npaths)
     }
 
+    /// True if the peer of connection `conn` said in its last probe that its dialler's
+    /// source ports name their path (SPORT_IDX); false for an unknown connection.
+    pub fn conn_peer_sport_idx(&self, conn: u32) -> bool {
+        self.conns
+            .get(conn as usize)
+            .is_some_and(|c| c.peer_sport_idx)
+    }
+
     /// Every connection's key and negotiated path count.
     pub fn connections(&self) -> impl Iterator<Item = (u32, ConnKey, u8)> + '_ {
         self.conns

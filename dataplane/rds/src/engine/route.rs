@@ -39,9 +39,12 @@ impl RdsEngine {
     }
 
     /// `rds_send_probe`: a zero-length sequenced message (ping, pong or probe) on a path;
-    /// probes between ports 1 and 0 of a multipath connection carry NPATHS and GEN_NUM.
+    /// probes between ports 1 and 0 of a multipath connection carry NPATHS and GEN_NUM, and
+    /// SPORT_IDX if the transport's spec says so (last: Linux 6.1 knows no type 8, skips its
+    /// type byte and reads the dummy byte 0 as the end).
     pub(crate) fn queue_probe(&mut self, now: Instant, id: PathId, sport: u16, dport: u16) -> bool {
-        let multipath = self.conns[id.conn as usize].spec.multipath;
+        let spec = self.conns[id.conn as usize].spec;
+        let multipath = spec.multipath;
         let faddr = self.conns[id.conn as usize].key.faddr;
         let Some(mid) = self.store.msgs.alloc() else {
             return false;
@@ -53,9 +56,12 @@ impl RdsEngine {
         m.peer = faddr;
         if multipath && crate::wire::is_hs_probe(sport, dport) {
             let mut w = ExtWriter::new();
-            // Both fit (3 + 5 bytes of 16).
+            // All fit (3 + 5 + 2 bytes of 16).
             let _ = w.push(ExtHeader::NPaths(MPATH_WORKERS as u16));
             let _ = w.push(ExtHeader::GenNum(self.gen_num));
+            if spec.sport_idx {
+                let _ = w.push(ExtHeader::SportIdx);
+            }
             m.ext = w.finish();
         }
         self.with_path(id, |p, ctx| {
@@ -104,11 +110,13 @@ impl RdsEngine {
     fn recv_hs(&mut self, now: Instant, c: u32, ext: &[u8; 16]) {
         let mut npaths: Option<u16> = None;
         let mut peer_gen = 0u32;
+        let mut sport_idx = false;
         let mut it = ExtIter::new(ext);
         for e in it.by_ref() {
             match e {
                 ExtHeader::NPaths(n) => npaths = Some(n),
                 ExtHeader::GenNum(g) => peer_gen = g,
+                ExtHeader::SportIdx => sport_idx = true,
                 _ => {}
             }
         }
@@ -120,6 +128,7 @@ impl RdsEngine {
         if !conn.spec.multipath {
             return;
         }
+        conn.peer_sport_idx = sport_idx;
         // min(8, NPATHS), at least 1 (absent: a legacy single-path peer); rounded down to a
         // power of two, which the path hash needs (the kernel would use 3 as a mask).
         let n = npaths.map_or(1, |n| n.min(MPATH_WORKERS as u16)).max(1);

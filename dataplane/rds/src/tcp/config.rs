@@ -34,12 +34,6 @@ pub struct TcpConfig {
     /// The transport's staging buffer for writes: queued frames are gathered into it (many
     /// small messages per `write`). 256 KiB.
     pub tx_buffer: usize,
-    /// SPORT_IDX (`RDS_EXTHDR_SPORT_IDX` of newer kernels): bind the source port of the
-    /// dial of path `i` to a port `p` with `p % 8 == i`, and map an accepted connection to
-    /// path `sport % 8`. On by default (both sides must be ours or newer kernels); turn it
-    /// off to accept from a kernel 6.1 dialler, whose ports are random (then the first
-    /// path that is down takes the connection, as in 6.1).
-    pub sport_idx: bool,
 }
 
 impl Default for TcpConfig {
@@ -54,7 +48,6 @@ impl Default for TcpConfig {
             connect_timeout: Duration::from_secs(5),
             rx_buffer: 64 << 10,
             tx_buffer: 256 << 10,
-            sport_idx: true,
         }
     }
 }

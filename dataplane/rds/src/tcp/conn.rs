@@ -44,6 +44,8 @@ pub(super) struct TcpConn {
     written: u64,
     /// The acknowledged offset last reported to the engine.
     acked: u64,
+    /// Bytes read since the connection was set up.
+    read: u64,
     /// A write failed: nothing more is written (the write side is shut), and the
     /// connection lives until its read side ends.
     tx_failed: bool,
@@ -61,8 +63,14 @@ impl TcpConn {
             tx: VecDeque::with_capacity(depth.max(1) + 1),
             written: 0,
             acked: 0,
+            read: 0,
             tx_failed: false,
         }
+    }
+
+    /// Bytes written to and read from the socket since the connection was set up.
+    pub(super) fn bytes(&self) -> (u64, u64) {
+        (self.written, self.read)
     }
 
     /// Frames queued and not fully written.
@@ -128,6 +136,7 @@ impl TcpConn {
                 Ok(n) => {
                     stats.tcp_reads += 1;
                     stats.tcp_rx_bytes += n as u64;
+                    self.read += n as u64;
                     self.rx_end = n;
                     return Ok(true);
                 }

@@ -24,10 +24,13 @@
 //!   updates (`seq 0, len 8192, flags 0x01`) go out on every new path and are applied
 //!   when received.
 //! * Multipath (mprds): the engine's probe ping (port 1 to 0, `NPATHS`) on path 0 and its
-//!   pong; after negotiation the smaller address dials every path. Our dialler binds the
-//!   source port of path `i` to a port `p` with `p % 8 == i` (the newer kernels'
-//!   `SPORT_IDX`), and our passive side maps an accepted connection to the path its port
-//!   names if that path is down, else to the first path that is down (6.1's rule).
+//!   pong; after negotiation the smaller address dials every path. With
+//!   [`TransportSpec::sport_idx`](crate::TransportSpec::sport_idx) (the default) our
+//!   probes carry `SPORT_IDX` (last, so 6.1 ignores it), our dialler binds the source port
+//!   of path `i` to a port `p` with `p % 8 == i`, and our passive side maps an accepted
+//!   connection to path `sport % 8` once the peer's probe said `SPORT_IDX`; a peer that
+//!   did not say so (Linux 6.1, random ports) gets 6.1's rule: path 0 until negotiated,
+//!   then the first path that is down (`TcpTransport::accept_index`).
 //!
 //!   A connection that replaces a live one of its path (the peer lost the old one) is
 //!   parked until the old one has been read to its end, so nothing the peer's TCP saw
@@ -59,10 +62,17 @@
 //!   11 messages (2 runs in about 3,000), single path and multipath alike, with no connection
 //!   closed unread: a second fault, not found yet. Nodes that talk only to our nodes can
 //!   use [`TransportSpec::tcp`](crate::TransportSpec::tcp) as it is (8 paths).
-//!   Against the kernel's RDS, mprds is not yet proven in the lab: the lab's
-//!   `dp-perf --transport tcp` runs single-path (`TransportSpec { multipath: false,
-//!   ..TransportSpec::tcp() }`; a probe ping is then answered with a plain pong, which a
-//!   kernel peer takes as one path, as from a legacy peer).
+//!   Against the kernel's RDS (Debian 6.1) the kernel lab shows it
+//!   (`scripts/rds-kernel-lab.sh`, the `mprds` rows): 8 paths negotiated whether we dial
+//!   (the smaller address) or the kernel does, the traffic of 8 sockets spread over
+//!   several paths, every message once, in order, byte-exact, both ways. The lab found
+//!   that our passive side took a 6.1 dialler's path 0 for path `sport % 8` (a random
+//!   path, 7 times in 8) before the peer had said anything about `SPORT_IDX`; our
+//!   messages to it then waited on a path 0 nobody dialled (fixed; test
+//!   `multipath_accept_from_a_random_port_dialler_takes_path_0` in `tests/rds_tcp.rs`). Killed
+//!   connections under multipath are not run against 6.1: without SPORT_IDX a
+//!   reconnecting path can be taken for another whose sequence numbers differ (rds.md
+//!   §6), a fault of 6.1's, so the lab's reset rows run single path.
 //! * `SO_KEEPALIVE` with the kernel's `rds_tcp_keepalive` values (idle 5 s, interval 5 s,
 //!   5 probes), `TCP_NODELAY`, `SO_REUSEADDR`, backlog 64.
 //!

@@ -11,7 +11,9 @@ use socket2::{Domain, Protocol, SockAddr, Socket, TcpKeepalive, Type};
 use super::config::{TcpConfig, TcpStats};
 use super::conn::TcpConn;
 use crate::addr::Addr;
-use crate::engine::{Accept, ConnKey, Incoming, RdsEngine, TransportCmd, TransportKind};
+use crate::engine::{
+    Accept, ConnKey, Incoming, RdsEngine, TransportCmd, TransportKind, TransportSpec,
+};
 use crate::path::{ConnState, PathId, TxFrame};
 use crate::transport::Transport;
 use crate::wire::MPATH_WORKERS;
@@ -98,6 +100,15 @@ impl TcpTransport {
         })
     }
 
+    /// Every live connection's path with the bytes written to and read from it since it
+    /// was set up (which paths a multipath connection's traffic uses).
+    pub fn path_bytes(&self) -> impl Iterator<Item = (PathId, u64, u64)> + '_ {
+        self.conns.values().map(|c| {
+            let (w, r) = c.bytes();
+            (c.path, w, r)
+        })
+    }
+
     /// The address a listener is bound to (its port, when the configuration said 0).
     pub fn listen_addr(&self, ip: IpAddr) -> Option<SocketAddr> {
         self.listeners
@@ -118,7 +129,7 @@ impl TcpTransport {
 
     /// A socket bound to `laddr` for the dial of path `index`: with SPORT_IDX, a port
     /// `p` with `p % 8 == index` (tried a few times, then any port).
-    fn dial_socket(&mut self, laddr: IpAddr, index: u8) -> io::Result<Socket> {
+    fn dial_socket(&mut self, laddr: IpAddr, index: u8, sport_idx: bool) -> io::Result<Socket> {
         let s = Socket::new(
             Domain::for_address(SocketAddr::new(laddr, 0)),
             Type::STREAM.nonblocking(),
@@ -126,7 +137,7 @@ impl TcpTransport {
         )?;
         s.set_reuse_address(true)?;
         self.tune(&s)?;
-        if self.cfg.sport_idx {
+        if sport_idx {
             for _ in 0..16 {
                 let base = self.next_sport & !(MPATH_WORKERS as u16 - 1);
                 self.next_sport = self.next_sport.wrapping_add(MPATH_WORKERS as u16);
@@ -154,13 +165,16 @@ impl TcpTransport {
         };
         self.close(path);
         self.stats.tcp_connect += 1;
-        let started = self.dial_socket(laddr, path.index).and_then(|s| {
-            match s.connect(&SockAddr::from(SocketAddr::new(faddr, self.cfg.peer_port))) {
-                Ok(()) => Ok(s),
-                Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Ok(s),
-                Err(e) => Err(e),
-            }
-        });
+        let sport_idx = spec_of(engine).is_some_and(|t| t.multipath && t.sport_idx);
+        let started = self
+            .dial_socket(laddr, path.index, sport_idx)
+            .and_then(|s| {
+                match s.connect(&SockAddr::from(SocketAddr::new(faddr, self.cfg.peer_port))) {
+                    Ok(()) => Ok(s),
+                    Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Ok(s),
+                    Err(e) => Err(e),
+                }
+            });
         match started {
             Ok(socket) => {
                 let deadline = now.saturating_add(self.cfg.connect_timeout);
@@ -244,35 +258,48 @@ impl TcpTransport {
         work
     }
 
-    /// The path an accepted connection serves. Single-path transports: 0. Multipath, with
-    /// [`TcpConfig::sport_idx`] (our diallers, newer kernels): the path its source port
-    /// names, `sport % 8`, whatever we have negotiated so far (the dialler may be ahead of
-    /// us). Without (kernel 6.1 diallers, random ports): path 0 until negotiated, then the
-    /// first path that is down, as 6.1's `rds_tcp_accept_one` does.
+    /// The path an accepted connection serves. Single-path transports: 0. Multipath:
+    ///
+    /// * before the connection's paths are negotiated, path 0 while it is down (every
+    ///   dialler, ours, 6.1's or a SPORT_IDX kernel's, dials path 0 alone first); with
+    ///   path 0 up, a SPORT_IDX transport takes `sport % 8` (our dialler is ahead of us:
+    ///   this node restarted while the peer kept its paths);
+    /// * negotiated to one path (a single-path peer): 0;
+    /// * after, `sport % 8` if the peer's probe said SPORT_IDX and our spec has it (its
+    ///   source ports name their paths, so a reconnecting path finds its own sequence
+    ///   numbers); else 6.1's `rds_tcp_accept_one` rule: the first path that is down.
+    ///
+    /// Before the peer's probe was read, `sport % 8` had been taken from any dialler: a
+    /// 6.1 dialler's path 0 from a random port then landed on a random path (7 times in
+    /// 8), and the node's own messages to the peer waited on a path 0 nobody dialled.
     fn accept_index(&self, engine: &RdsEngine, key: &ConnKey, sport: u16) -> u8 {
-        let multipath = engine
-            .config()
-            .transports
-            .iter()
-            .any(|t| t.kind == TransportKind::Tcp && t.multipath);
-        if !multipath {
+        let Some(spec) = spec_of(engine).filter(|t| t.multipath) else {
             return 0;
-        }
-        if self.cfg.sport_idx {
-            return (sport % MPATH_WORKERS as u16) as u8;
-        }
+        };
+        let by_port = (sport % MPATH_WORKERS as u16) as u8;
         let Some(c) = engine.conn_id(key) else {
             return 0;
         };
-        let n = engine.conn_npaths(c).unwrap_or(0);
-        if n <= 1 {
-            return 0;
-        }
         let down = |i: u8| {
             engine
                 .path_state(PathId { conn: c, index: i })
                 .is_none_or(|s| s == ConnState::Down)
         };
+        let n = engine.conn_npaths(c).unwrap_or(0);
+        match n {
+            0 => {
+                return if spec.sport_idx && !down(0) {
+                    by_port
+                } else {
+                    0
+                };
+            }
+            1 => return 0,
+            _ => {}
+        }
+        if spec.sport_idx && engine.conn_peer_sport_idx(c) {
+            return by_port;
+        }
         (0..n).find(|&i| down(i)).unwrap_or(0)
     }
 
@@ -508,6 +535,16 @@ impl TcpTransport {
         }
         (work, None)
     }
+}
+
+/// The engine's spec of the TCP transport.
+fn spec_of(engine: &RdsEngine) -> Option<TransportSpec> {
+    engine
+        .config()
+        .transports
+        .iter()
+        .find(|t| t.kind == TransportKind::Tcp)
+        .copied()
 }
 
 /// An IPv4-mapped IPv6 address as IPv4 (a dual-stack socket reports them so).
