@@ -83,10 +83,19 @@ extern "C" fn fork_child() {
     rs::fork_child();
 }
 
-/// Runs when the library is loaded: registers the fork handler.
+/// At exit (`exit`, or returning from `main`): the process's rsockets are closed, as the
+/// kernel closes its sockets.
+extern "C" fn at_exit() {
+    sock::close_all();
+}
+
+/// Runs when the library is loaded: registers the fork and exit handlers.
 extern "C" fn init() {
-    // SAFETY: registers a handler that only touches this library's atomics.
-    unsafe { libc::pthread_atfork(None, None, Some(fork_child)) };
+    // SAFETY: registers handlers that only touch this library's state.
+    unsafe {
+        libc::pthread_atfork(None, None, Some(fork_child));
+        libc::atexit(at_exit);
+    }
 }
 
 #[used]

@@ -160,6 +160,18 @@ fn forget(fd: c_int) {
     }
 }
 
+/// At exit: closes every rsocket this process still holds, gracefully, as the kernel
+/// closes a process's sockets when it exits (rsocket engines run nothing at exit, so
+/// without this the peer waits for its close timeout). Connections moved in another
+/// process are not this process's and are left alone.
+pub(crate) fn close_all() {
+    for fd in 0..table::high() {
+        if table::get(fd).is_some_and(|e| e.kind == Kind::Rs) {
+            forget(fd);
+        }
+    }
+}
+
 /// Interposed `close(2)`. A connection on rsockets is closed gracefully (as `rclose`);
 /// one that moved in the parent before a fork is only dropped here (the parent owns it).
 ///

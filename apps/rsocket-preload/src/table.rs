@@ -148,6 +148,12 @@ pub(crate) fn set_nonblock(fd: i32, on: bool) -> bool {
     }
 }
 
+/// One past the highest descriptor ever entered.
+pub(crate) fn high() -> i32 {
+    // Relaxed: a bound for a scan; descriptors entered meanwhile are the caller's race.
+    HIGH.load(Ordering::Relaxed).min(MAX_FD) as i32
+}
+
 /// In the child after fork(): connections that moved to rsockets belong to the parent.
 pub(crate) fn fork_child() {
     // Relaxed: the child of fork() has one thread.
