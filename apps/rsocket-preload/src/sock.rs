@@ -222,8 +222,8 @@ pub unsafe extern "C" fn getsockopt(
     val: *mut c_void,
     len: *mut socklen_t,
 ) -> c_int {
-    // SAFETY: the caller's arguments.
     if let Some(h) = moved(fd)
+        // SAFETY: the caller's arguments.
         && unsafe { rs::rgetsockopt(h, level, name, val, len) } == 0
     {
         return 0;
@@ -245,8 +245,8 @@ pub unsafe extern "C" fn setsockopt(
     val: *const c_void,
     len: socklen_t,
 ) -> c_int {
-    // SAFETY: the caller's arguments.
     if let Some(h) = moved(fd)
+        // SAFETY: the caller's arguments.
         && unsafe { rs::rsetsockopt(h, level, name, val, len) } == 0
     {
         return 0;

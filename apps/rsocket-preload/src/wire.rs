@@ -164,7 +164,7 @@ impl Hello {
     }
 
     /// The hello as bytes.
-    pub fn to_bytes(&self) -> [u8; LEN] {
+    pub fn to_bytes(self) -> [u8; LEN] {
         let mut b = [0; LEN];
         // A LEN-byte buffer always fits.
         let _ = self.emit(&mut b);
