@@ -2,12 +2,13 @@
 //! `libdp_rspreload.so` (`apps/rsocket-preload`), on this library's rsockets: both ends of
 //! each pair run with the preload, as separate processes on 127.0.0.1.
 //!
-//! * `qperf`'s `tcp_lat` and `tcp_bw` at three message sizes: qperf's server accepts,
+//! * `qperf`'s `tcp_lat` and `tcp_bw` at two message sizes (64 B, 64 KiB): qperf's server accepts,
 //!   forks, and its child waits in `select` before it reads; its tests end on `SIGALRM`
 //!   while a `read` blocks (librdmacm's `librspreload.so` serves neither);
 //! * a hostile peer on qperf's server: a bad handshake costs that connection only, and the
 //!   server then serves a real client;
-//! * `rstream -T s` (every size), `iperf`, `sockperf ping-pong --tcp`.
+//! * `rstream -T s` (every size; long, so `#[ignore]`d), `iperf`, `sockperf ping-pong
+//!   --tcp`.
 //!
 //! Every connection must say it moved to an rsocket (`DP_RSPRELOAD_VERBOSE`). Speed is
 //! not judged here. Skipped, saying so, where a program is not installed (CI installs
@@ -170,7 +171,7 @@ fn qperf_tcp_lat_and_tcp_bw_through_the_preload_with_a_forking_server() {
             "1",
             "-vu",
             "-oo",
-            "msg_size:64:64K:*32",
+            "msg_size:64:64K:*1024",
             "tcp_lat",
             "tcp_bw",
         ]),
@@ -181,7 +182,7 @@ fn qperf_tcp_lat_and_tcp_bw_through_the_preload_with_a_forking_server() {
     let res = qperf_results(&out);
     let lat: Vec<_> = res.iter().filter(|r| r.0 == "tcp_lat latency").collect();
     let bw: Vec<_> = res.iter().filter(|r| r.0 == "tcp_bw bw").collect();
-    assert_eq!((lat.len(), bw.len()), (3, 3), "three sizes of each:\n{all}");
+    assert_eq!((lat.len(), bw.len()), (2, 2), "two sizes of each:\n{all}");
     for (name, n, unit) in lat.iter().chain(&bw) {
         assert!(*n > 0.0, "{name} = {n} {unit}:\n{all}");
         let units = [
@@ -199,11 +200,11 @@ fn qperf_tcp_lat_and_tcp_bw_through_the_preload_with_a_forking_server() {
             "{name}: unit {unit}:\n{all}"
         );
     }
-    assert_eq!(out.matches("msg_size").count(), 6, "{all}");
-    // Six tests, each a control connection and a data connection, at both ends; the
+    assert_eq!(out.matches("msg_size").count(), 4, "{all}");
+    // Four tests, each a control connection and a data connection, at both ends; the
     // server's moved in its forked children.
-    assert_eq!(moved(&err), 12, "client connections on rsockets:\n{all}");
-    assert_eq!(moved(&serr), 12, "server connections on rsockets:\n{all}");
+    assert_eq!(moved(&err), 8, "client connections on rsockets:\n{all}");
+    assert_eq!(moved(&serr), 8, "server connections on rsockets:\n{all}");
 }
 
 #[test]
@@ -262,7 +263,9 @@ fn rows(out: &str) -> Vec<String> {
         .collect()
 }
 
+/// Long (15 s on an idle 2-CPU host, minutes on a loaded one): run it with `--ignored`.
 #[test]
+#[ignore = "long: rstream's 66 runs"]
 fn rstream_sockets_through_the_preload_every_size() {
     let Some(exe) = program("rstream") else {
         return;
