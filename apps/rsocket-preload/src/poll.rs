@@ -6,7 +6,7 @@
 //!
 //! `epoll` is not interposed: an rsocket added to an epoll set is never reported ready.
 
-use libc::{c_int, c_short, fd_set, nfds_t, pollfd, sigset_t, timespec, timeval};
+use libc::{c_int, fd_set, nfds_t, pollfd, sigset_t, timespec, timeval};
 
 use crate::migrate::{Route, route};
 use crate::{block, real, signals, table};
@@ -17,67 +17,108 @@ fn any_routed(fds: &[pollfd]) -> bool {
         .any(|p| table::get(p.fd).is_some_and(|e| e.kind.is_placeholder()))
 }
 
+/// Entries of a poll set copied on the stack (more go to the heap).
+const INLINE: usize = 32;
+
+const NONE: pollfd = pollfd {
+    fd: -1,
+    events: 0,
+    revents: 0,
+};
+
+/// A poll set: on the stack up to [`INLINE`] entries, so waiting on a few routed
+/// descriptors allocates nothing; on the heap beyond.
+#[allow(clippy::large_enum_variant, reason = "the inline variant is the point: no allocation")]
+enum PollSet {
+    Inline([pollfd; INLINE], usize),
+    Heap(Vec<pollfd>),
+}
+
+impl PollSet {
+    fn new() -> Self {
+        Self::Inline([NONE; INLINE], 0)
+    }
+
+    fn push(&mut self, p: pollfd) {
+        match self {
+            Self::Inline(a, n) if *n < INLINE => {
+                a[*n] = p;
+                *n += 1;
+            }
+            Self::Inline(a, n) => {
+                let mut v = a[..*n].to_vec();
+                v.push(p);
+                *self = Self::Heap(v);
+            }
+            Self::Heap(v) => v.push(p),
+        }
+    }
+
+    fn as_mut(&mut self) -> &mut [pollfd] {
+        match self {
+            Self::Inline(a, n) => &mut a[..*n],
+            Self::Heap(v) => v,
+        }
+    }
+}
+
 /// `poll` over a set with routed descriptors.
 fn poll_routed(fds: &mut [pollfd], timeout: c_int) -> c_int {
     let since = signals::interrupts();
-    let mut set: Vec<pollfd> = fds.to_vec();
+    let mut copy = PollSet::new();
     let mut failed = 0;
     let mut any_rs = false;
-    for p in &mut set {
-        match route(p.fd) {
-            Ok(Route::Kernel) => {}
-            Ok(Route::Rs { handle, .. }) => {
-                p.fd = handle;
-                any_rs = true;
-            }
-            Err(_) => {
-                // Reported as POLLNVAL (moved in the parent) or POLLERR (failed).
-                p.revents = if table::get(p.fd).is_some_and(|e| e.kind == table::Kind::Broken) {
-                    libc::POLLERR | libc::POLLHUP
-                } else {
-                    libc::POLLNVAL
-                };
-                p.fd = -1;
-                failed += 1;
+    for &p in fds.iter() {
+        let mut q = p;
+        q.revents = 0;
+        if p.fd < 0 {
+            // Ignored, as by the kernel: no events, so none are reported below.
+            q.events = 0;
+        } else {
+            match route(p.fd) {
+                Ok(Route::Kernel) => {}
+                Ok(Route::Rs { handle, .. }) => {
+                    q.fd = handle;
+                    any_rs = true;
+                }
+                Err(_) => {
+                    // Hidden from the wait (fd -1), the events to report kept in `events`:
+                    // POLLERR|POLLHUP for a failed move, POLLNVAL for one moved in the parent.
+                    let broken = table::get(p.fd).is_some_and(|e| e.kind == table::Kind::Broken);
+                    q.events = if broken {
+                        libc::POLLERR | libc::POLLHUP
+                    } else {
+                        libc::POLLNVAL
+                    };
+                    q.fd = -1;
+                    failed += 1;
+                }
             }
         }
+        copy.push(q);
     }
-    let r = if failed > 0 {
-        // Something to report now; look at the rest without waiting.
-        poll_set(&mut set, any_rs, since, 0).map(|n| n + failed)
+    let set = copy.as_mut();
+    // With something to report now, look at the rest without waiting.
+    let wait = if failed > 0 { 0 } else { timeout };
+    let r = if any_rs {
+        block::poll_sliced(set, since, wait)
     } else {
-        poll_set(&mut set, any_rs, since, timeout)
+        // SAFETY: set is a live array of set.len() pollfds.
+        let n = unsafe { real::poll(set.as_mut_ptr(), set.len() as nfds_t, wait) };
+        if n < 0 { Err(real::errno()) } else { Ok(n) }
     };
     match r {
         Ok(n) => {
-            for (p, q) in fds.iter_mut().zip(&set) {
-                p.revents = q.revents;
+            for (p, q) in fds.iter_mut().zip(set.iter()) {
+                p.revents = if q.fd < 0 { q.events } else { q.revents };
             }
-            n
+            n + failed
         }
         Err(e) => {
             real::set_errno(e);
             -1
         }
     }
-}
-
-fn poll_set(set: &mut [pollfd], any_rs: bool, since: u64, timeout: c_int) -> Result<c_int, c_int> {
-    let saved: Vec<c_short> = set.iter().map(|p| p.revents).collect();
-    let r = if any_rs {
-        block::poll_sliced(set, since, timeout)
-    } else {
-        // SAFETY: set is a live array of set.len() pollfds.
-        let n = unsafe { real::poll(set.as_mut_ptr(), set.len() as nfds_t, timeout) };
-        if n < 0 { Err(real::errno()) } else { Ok(n) }
-    };
-    // Entries hidden with fd -1 keep the revents set for them.
-    for (p, s) in set.iter_mut().zip(saved) {
-        if p.fd < 0 && s != 0 {
-            p.revents = s;
-        }
-    }
-    r
 }
 
 /// Interposed `poll(2)`.
@@ -178,8 +219,8 @@ pub unsafe extern "C" fn ppoll(
 ///
 /// # Safety
 /// The sets are null or valid.
-unsafe fn to_pollfds(nfds: c_int, r: *mut fd_set, w: *mut fd_set, e: *mut fd_set) -> Vec<pollfd> {
-    let mut v = Vec::new();
+unsafe fn to_pollfds(nfds: c_int, r: *mut fd_set, w: *mut fd_set, e: *mut fd_set) -> PollSet {
+    let mut v = PollSet::new();
     for fd in 0..nfds.clamp(0, libc::FD_SETSIZE as c_int) {
         let mut ev = 0;
         // SAFETY: each set is null or valid; fd < FD_SETSIZE.
@@ -271,7 +312,7 @@ pub unsafe extern "C" fn select(
     }
     // SAFETY: the sets are null or valid (the caller's contract).
     let mut set = unsafe { to_pollfds(nfds, r, w, e) };
-    if !any_routed(&set) {
+    if !any_routed(set.as_mut()) {
         // SAFETY: the caller's arguments.
         return unsafe { real::select(nfds, r, w, e, t) };
     }
@@ -284,7 +325,7 @@ pub unsafe extern "C" fn select(
         ms.clamp(0, c_int::MAX as i64) as c_int
     });
     // SAFETY: the sets are null or valid.
-    unsafe { select_routed(&mut set, r, w, e, ms) }
+    unsafe { select_routed(set.as_mut(), r, w, e, ms) }
 }
 
 /// Interposed `pselect(2)`. With routed descriptors the signal mask is set around the
@@ -307,12 +348,12 @@ pub unsafe extern "C" fn pselect(
     }
     // SAFETY: the sets are null or valid (the caller's contract).
     let mut set = unsafe { to_pollfds(nfds, r, w, e) };
-    if !any_routed(&set) {
+    if !any_routed(set.as_mut()) {
         // SAFETY: the caller's arguments.
         return unsafe { real::pselect(nfds, r, w, e, t, mask) };
     }
     // SAFETY: t is null or valid.
     let ms = ms_of(unsafe { t.as_ref() });
     // SAFETY: the sets are null or valid.
-    with_mask(mask, || unsafe { select_routed(&mut set, r, w, e, ms) })
+    with_mask(mask, || unsafe { select_routed(set.as_mut(), r, w, e, ms) })
 }
