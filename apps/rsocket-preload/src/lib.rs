@@ -48,7 +48,10 @@
 //! `MSG_OOB` on rsockets, datagram sockets (they stay kernel UDP), `sendfile`/`splice`,
 //! descriptors numbered 65536 and above (they stay kernel sockets), a peer that does not
 //! run this library (the connection stays on kernel TCP), and a single-threaded process
-//! that waits on one new connection while its peer waits on another it has not used.
+//! that waits on one new connection while its peer waits on another it has not used. A
+//! connection's first use waits for its peer's first use (the handshake needs both), so a
+//! first `write` to a peer that never reads, writes or polls that connection waits where
+//! kernel TCP would have buffered it.
 //!
 //! # Environment
 //!

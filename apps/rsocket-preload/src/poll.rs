@@ -28,7 +28,10 @@ const NONE: pollfd = pollfd {
 
 /// A poll set: on the stack up to [`INLINE`] entries, so waiting on a few routed
 /// descriptors allocates nothing; on the heap beyond.
-#[allow(clippy::large_enum_variant, reason = "the inline variant is the point: no allocation")]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "the inline variant is the point: no allocation"
+)]
 enum PollSet {
     Inline([pollfd; INLINE], usize),
     Heap(Vec<pollfd>),
