@@ -14,7 +14,8 @@
 #
 #   scripts/preload-compare.sh
 #
-# Environment: RUNS (default 3), SECS (iperf and sockperf seconds per run, default 5),
+# Environment: RSPRELOAD (the preload: librdmacm1's librspreload.so by default; `dp` for
+# this project's own, apps/rsocket-preload, built here), RUNS (default 3), SECS (iperf and sockperf seconds per run, default 5),
 # SOCKETS (default 1024), ITERS (default 50000), BUF (dp-perf -B for the scale runs,
 # default 16384: each connection's rings are twice this), PORT (first port, default derived
 # from the pid). Needs iperf, sockperf (apt-get install iperf sockperf; scripts/setup.sh)
@@ -33,18 +34,23 @@ buf=${BUF:-16384}
 port=${PORT:-$((30000 + ($$ % 1000) * 20))}
 arch=$(uname -m)
 preload=${RSPRELOAD:-/usr/lib/$arch-linux-gnu/rsocket/librspreload.so}
+own_preload=0
+if [ "$preload" = dp ]; then own_preload=1; fi
 
 for p in iperf sockperf; do
     command -v "$p" >/dev/null || { echo "$0: $p not found (apt-get install $p)" >&2; exit 1; }
 done
-[ -f "$preload" ] || { echo "$0: $preload not found (apt-get install librdmacm1)" >&2; exit 1; }
+[ "$own_preload" = 1 ] || [ -f "$preload" ] ||
+    { echo "$0: $preload not found (apt-get install librdmacm1, or RSPRELOAD=dp)" >&2; exit 1; }
 
-(cd "$root" && cargo build --quiet --release -p dp-rsocket-c -p perf)
+(cd "$root" && cargo build --quiet --release -p dp-rsocket-c -p perf -p dp-rspreload)
 target=$(cd "$root" && cargo metadata --format-version 1 --no-deps --offline 2>/dev/null |
     sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 target=${target:-$root/target}
 export DP_RSOCKET_LIB=$target/release/librdmacm.so
 dpperf=$target/release/dp-perf
+if [ "$own_preload" = 1 ]; then preload=$target/release/libdp_rspreload.so; fi
+echo "preload: $preload"
 
 work=$(mktemp -d)
 server=
@@ -71,7 +77,11 @@ serve() {
     fi
     server=$!
     for _ in $(seq 100); do
+        # librspreload listens on an rsocket (a file in the shm rendezvous directory);
+        # dp-rspreload on a kernel socket (its connections move to rsockets once accepted).
         if [ "$mode" = rs ] && ls "$DP_SHM_DIR"/listen/*_"$p".sock >/dev/null 2>&1; then return; fi
+        if [ "$mode" = rs ] && [ "$own_preload" = 1 ] &&
+            ss -Hltn "sport = :$p" 2>/dev/null | grep -q .; then return; fi
         if [ "$mode" = tcp ] && ss -Hltn "sport = :$p" 2>/dev/null | grep -q .; then return; fi
         sleep 0.05
     done

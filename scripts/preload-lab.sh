@@ -7,9 +7,15 @@
 #      same run on the system's librdmacm alone;
 #   2. the reference: librdmacm's own rsockets through its librspreload.so over rxe0:
 #      rstream -T s (the run that hung on the drop-in), iperf against kernel TCP, and
-#      qperf tcp_lat (which needs F_SETOWN and a forking server).
+#      qperf tcp_lat (which needs F_SETOWN and a forking server);
+#   3. this project's own preload (apps/rsocket-preload, libdp_rspreload.so) on librdmacm's
+#      rsockets over rxe0: qperf tcp_lat and tcp_bw, server and client both through it
+#      (qperf's server forks after accepting: the connections move to rsockets in the child).
 #
 #   scripts/preload-lab.sh LIB BIN_DIR [DEVICE] [IP]
+#
+# STEPS (default 123) selects the steps; DP_RSPRELOAD names libdp_rspreload.so (default:
+# target/release/libdp_rspreload.so, from cargo build --release -p dp-rspreload).
 #
 # LIB is the drop-in (target/release/librdmacm.so); BIN_DIR holds qperf and iperf (the
 # VM has rdmacm-utils but not these: copy the host's, Debian 12 like the VM). Under rxe-lab:
@@ -49,6 +55,10 @@ pair() {
 step "device"
 rdma link 2>/dev/null || true
 
+steps=${STEPS:-123}
+own=${DP_RSPRELOAD:-$root/target/release/libdp_rspreload.so}
+
+if [[ $steps == *1* ]]; then
 step "1. qperf rc_lat on the system's RDMA CM and verbs"
 # -cm1: connect through the RDMA CM (RoCE needs it: qperf's own exchange uses LIDs).
 pair qperf-rc-system 300 "$bin/qperf -lp 19801" "$bin/qperf $ip -lp 19801 -cm1 -t 2 -m 64 rc_lat"
@@ -56,8 +66,11 @@ pair qperf-rc-dropin 300 "$root/scripts/with-rsocket $bin/qperf -lp 19802" \
     "$root/scripts/with-rsocket $bin/qperf $ip -lp 19802 -cm1 -t 2 -m 64 rc_lat"
 echo "--- the drop-in is what qperf loaded:"
 "$root/scripts/with-rsocket" bash -c "ldd $bin/qperf | grep librdmacm"
+fi
 
-if [ -z "$preload" ]; then
+if [[ $steps != *2* ]]; then
+    :
+elif [ -z "$preload" ]; then
     echo "librspreload.so not found; skipping the reference runs"
 else
     step "2. reference: librdmacm's rsockets through $preload over $dev"
@@ -77,6 +90,21 @@ else
     done
     pair qperf-tcp-ref 120 "LD_PRELOAD=$preload $bin/qperf -lp 19841" \
         "LD_PRELOAD=$preload $bin/qperf $ip -lp 19841 -t 2 tcp_lat"
+fi
+if [[ $steps == *3* ]]; then
+    step "3. dp-rspreload ($own) on librdmacm's rsockets over $dev"
+    if [ ! -f "$own" ]; then
+        echo "$own not found (cargo build --release -p dp-rspreload)"; fails=$((fails + 1))
+    else
+        # The system's librdmacm (no with-rsocket): the preload opens librdmacm.so.1.
+        for t in tcp_lat tcp_bw; do
+            pair "qperf-$t-dp-rspreload" 300 \
+                "LD_PRELOAD=$own DP_RSPRELOAD_VERBOSE=1 $bin/qperf -lp 19851" \
+                "LD_PRELOAD=$own DP_RSPRELOAD_VERBOSE=1 $bin/qperf $ip -lp 19851 -t 2 -vu -oo msg_size:64:64K:*1024 $t"
+        done
+        pair qperf-tcp-kernel 120 "$bin/qperf -lp 19852" \
+            "$bin/qperf $ip -lp 19852 -t 2 -vu -oo msg_size:64:64K:*1024 tcp_lat tcp_bw"
+    fi
 fi
 echo
 echo "failures: $fails"

@@ -6,7 +6,8 @@
 #                                                          librdmacm drop-in tests
 #   qperf iperf sockperf                                   unmodified socket and RDMA CM programs
 #                                                          for the drop-in's preload tests
-#                                                          (apps/rsocket-c/tests/preload.rs)
+#                                                          (apps/rsocket-c/tests/preload.rs,
+#                                                          tests/rspreload.rs)
 #   valgrind                                               memcheck over the C API tests
 #                                                          (scripts/test.sh)
 #   dpdk dpdk-dev                                          dpdk-test, for scripts/bench-vs-dpdk.sh

@@ -1366,3 +1366,47 @@ fn threads_share_the_library() {
     // SAFETY: as above.
     assert_eq!(unsafe { (a.rclose)(l) }, 0);
 }
+
+/// `rclose` of a stream holding sends buffered for want of credits ends its wait as soon
+/// as the peer disconnects: nothing more can be delivered (TCP would have been reset). It
+/// used to wait out the whole close timeout (10 s), which every program whose server
+/// closes without reading to the end paid (qperf's `tcp_bw` through a preload).
+#[test]
+fn rclose_stops_waiting_for_buffered_sends_when_the_peer_disconnects() {
+    let _one = common::serial();
+    let a = api();
+    let port = common::port(13);
+    let l = listener(port);
+    let (c, s) = pair(l, port);
+    // SAFETY: C calls with live arguments throughout.
+    unsafe {
+        assert_eq!((a.rfcntl)(c, libc::F_SETFL, libc::O_NONBLOCK), 0);
+        let buf = vec![7u8; 65536];
+        let mut total = 0usize;
+        loop {
+            let n = (a.rsend)(c, buf.as_ptr().cast(), buf.len(), 0);
+            if n < 0 {
+                assert_eq!(errno(), libc::EAGAIN, "rsend");
+                break;
+            }
+            total += n as usize;
+            assert!(total < 1 << 30, "the peer never stopped taking bytes");
+        }
+        assert_eq!((a.rfcntl)(c, libc::F_SETFL, 0), 0);
+        // The peer closes, unread, while this side waits in its close.
+        let peer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            // s is the accepted rsocket, used by this thread alone from now on.
+            (api().rclose)(s)
+        });
+        let t0 = Instant::now();
+        assert_eq!((a.rclose)(c), 0, "rclose: errno {}", errno());
+        let took = t0.elapsed();
+        assert_eq!(peer.join().expect("the peer's close"), 0);
+        assert!(
+            took < Duration::from_secs(5),
+            "rclose waited {took:?} after the peer disconnected (the close timeout is 10 s)"
+        );
+        assert_eq!((a.rclose)(l), 0);
+    }
+}

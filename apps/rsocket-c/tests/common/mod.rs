@@ -43,6 +43,33 @@ pub fn library() -> &'static Path {
     })
 }
 
+/// `libdp_rspreload.so` (apps/rsocket-preload), built in release into the same target
+/// directory as [`library`]; `$DP_RSPRELOAD_LIB` instead if set. Panics if the build fails.
+pub fn rspreload() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        if let Some(p) = std::env::var_os("DP_RSPRELOAD_LIB") {
+            return PathBuf::from(p);
+        }
+        let target = library()
+            .parent()
+            .and_then(Path::parent)
+            .expect("the library inside <target>/release")
+            .to_path_buf();
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let st = Command::new(cargo)
+            .args(["build", "--quiet", "--release", "-p", "dp-rspreload"])
+            .current_dir(repo())
+            .env("CARGO_TARGET_DIR", &target)
+            .status()
+            .expect("running cargo build for the preload");
+        assert!(st.success(), "building dp-rspreload failed: {st}");
+        let lib = target.join("release/libdp_rspreload.so");
+        assert!(lib.exists(), "{} missing after the build", lib.display());
+        lib
+    })
+}
+
 /// One program pair at a time per test process: the machine may have two cores only.
 pub fn serial() -> MutexGuard<'static, ()> {
     static ONE: Mutex<()> = Mutex::new(());

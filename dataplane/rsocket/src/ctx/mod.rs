@@ -477,7 +477,9 @@ impl<P: Provider> RsContext<P> {
                 let mut c = self.data();
                 c.progress_one(id);
                 match c.stream(id) {
-                    Ok(st) if !st.conn.shutdown_done() => {}
+                    // A peer that disconnected takes nothing more: bytes still buffered
+                    // for want of its credits are lost, as TCP's are after a reset.
+                    Ok(st) if !st.conn.shutdown_done() && !st.conn.is_disconnected() => {}
                     _ => return,
                 }
             }
