@@ -35,6 +35,7 @@ use crate::lcore_perf::{self, LcoreConfig};
 use crate::limit::{self, LimitConfig};
 use crate::pool_perf::{self, MempoolConfig};
 use crate::rds::ping::PingArgs;
+use crate::rds::echo::EchoArgs;
 use crate::rds::stress::StressArgs;
 use crate::ring_perf::{self, RingConfig};
 use crate::rstream::RstreamArgs;
@@ -103,6 +104,10 @@ pub enum Command {
     /// rds-tools' rds-ping over this RDS: 0-byte pings to port 0 and their pongs; --pair
     /// runs both ends here.
     RdsPing(PingArgs),
+    /// A byte-exact exchange with an echoing RDS peer (another RDS, such as the kernel's):
+    /// messages of --sizes (0 to 1 MiB), each checked by the peer and again when it comes
+    /// back, in order and once.
+    RdsEcho(EchoArgs),
     /// Draw figure files that earlier runs wrote with `--plot FILE.json` into one chart
     /// (`--plot OUT.svg`): an rsocket run next to its `--tcp` twin, write against send.
     Plot(PlotArgs),
@@ -132,6 +137,7 @@ impl Command {
             Self::Rtrs(a) => Box::new(a.run(common)?),
             Self::RdsStress(a) => Box::new(a.run(common)?),
             Self::RdsPing(a) => Box::new(a.run(common)?),
+            Self::RdsEcho(a) => Box::new(a.run(common)?),
             Self::Plot(a) => Box::new(a.run()?),
         })
     }
