@@ -28,7 +28,8 @@ use serde_json::json;
 
 use super::kernel::{self, KernelLoad, Phase};
 use super::{
-    PAIR_ACTIVE_TCP, PAIR_PASSIVE_TCP, RdsFabric, RdsTransport, all_counters, node, rendezvous, set_buffers,
+    PAIR_ACTIVE_TCP, PAIR_PASSIVE_TCP, RdsFabric, RdsTransport, all_counters, node, rendezvous,
+    set_buffers,
 };
 use crate::common::Common;
 use crate::harness::{run_on, run_pair};
