@@ -24,6 +24,9 @@
 #   stress-*      dp-perf rds-stress request/ack, ours (active) -> kernel (--kernel --kernel-transport ib,
 #                 passive): 64 B msgs/s and 64 KiB bandwidth; kk-* the same between two kernel sockets on
 #                 wire 1. The ratios ours/kernel are printed (same VM run).
+#   redial        (shown, not counted) ours again without reloading rds_rdma: the kernel's connection is then
+#                 up with itself (it redialled 10.78.0.2 when ours went), so our request meets the duel
+#                 described at the case; kernel counters from kernel-lab/rds_info.py.
 #   kernel-first  (shown, not counted) the kernel sends first to 10.78.0.2: its connect reaches its own
 #                 listener (0.0.0.0:18634), which answers; our node cannot listen on 18634 beside it.
 #
@@ -37,7 +40,7 @@ for a in "$@"; do
   case "$a" in
     --quick) quick=1 ;;
     --json) json=1 ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
     *) echo "rds-ib-kernel-lab.sh: unknown option $a (--quick, --json)" >&2; exit 2 ;;
   esac
 done
@@ -120,6 +123,24 @@ if [[ $req == *"10.78.0.2 -> 10.78.0.1, protocol 3.1"* ]] && [[ $rep == *"10.78.
 else
   result cm-private 1 "REQ: ${req:-none} | REP: ${rep:-none} (see $log/echo.txt)"
 fi
+
+# ---- ours again, rds_rdma not reloaded (shown, not counted) ----
+# When our node went away the kernel redialled 10.78.0.2 and its own listener answered, so the kernel's
+# connection <10.78.0.1,10.78.0.2> is up with itself. Our new dial meets it: rds_ib_cm_handle_connect drops
+# an UP connection as stale and rejects the request, then redials itself at once (backoff reset by its
+# last success): a duel in which each of our attempts costs the kernel its connection.
+python3 "$here/rds_info.py" ib_listen_closed_stale ib_connect_raced conn_reset >"$log/redial.before" 2>&1
+capture w0a redial
+python3 "$here/rds_echo_peer.py" 10.78.0.1 5003 4 0,1,4097,65536 --timeout 30 >"$log/redial.peer" 2>&1 &
+peer=$!; pids+=("$peer")
+sleep 1
+timeout 40 "$perf" rds-echo "${ours[@]}" -r 10.78.0.2 -s 10.78.0.1 -p 5003 --peer-port 5003 -c 4 --sizes 0,1,4097,65536 -T 20 \
+  >"$log/redial.ours" 2>&1
+rrc=$?
+wait "$peer"
+decode redial
+python3 "$here/rds_info.py" ib_listen_closed_stale ib_connect_raced conn_reset >"$log/redial.after" 2>&1
+info+=("redial (rds_rdma kept): ours $([ $rrc = 0 ] && echo "got through" || echo "failed: $(tail -c 160 "$log/redial.ours" | tr '\n' ' ')"); CM on w0a: $(grep -c ' REQ  10.78.0.2' "$log/redial.txt") REQ from ours, $(grep -c ' REJ' "$log/redial.txt") REJ, $(grep -c ' REQ  10.78.0.1' "$log/redial.txt") REQ from the kernel to itself; kernel counters before: $(cat "$log/redial.before"), after: $(cat "$log/redial.after")")
 
 # ---- rds-stress: ours (active, 10.78.0.2) -> kernel (passive, 10.78.0.1); kernel -> kernel on wire 1 ----
 stress() {  # name pkind(kernel) akind(ours|kernel) paddr aaddr load...
