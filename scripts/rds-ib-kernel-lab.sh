@@ -88,6 +88,11 @@ decode() {  # name
   python3 "$here/roce_dump.py" "$log/$1.pcap" --proto rds --max 60 >"$log/$1.txt" 2>&1
 }
 
+bound() {  # FILE: wait until the echo peer writing FILE has bound its socket (its pattern takes seconds
+  # under TCG, and a message that arrives before the bind is dropped, recv_drop_no_sock, yet acked)
+  for _ in $(seq 300); do grep -q "peer: bound" "$1" 2>/dev/null && return; sleep 0.1; done
+}
+
 # ours: dp-perf with the fabric transport on rxw0b, listening on 18635, dialling the kernel's 18634.
 ours=(--provider verbs --device rxw0b --ib-port 18635 --ib-peer-port 18634)
 
@@ -105,7 +110,7 @@ reload
 capture w0a echo
 python3 "$here/rds_echo_peer.py" 10.78.0.1 5001 "$count" "$sizes" --timeout 120 >"$log/echo.peer" 2>&1 &
 peer=$!; pids+=("$peer")
-sleep 1
+bound "$log/echo.peer"
 timeout 150 "$perf" rds-echo "${ours[@]}" -r 10.78.0.2 -s 10.78.0.1 -c "$count" --sizes "$sizes" -T 100 \
   >"$log/echo.ours" 2>&1
 orc=$?
@@ -133,14 +138,14 @@ python3 "$here/rds_info.py" ib_listen_closed_stale ib_connect_raced conn_reset >
 capture w0a redial
 python3 "$here/rds_echo_peer.py" 10.78.0.1 5003 4 0,1,4097,65536 --timeout 30 >"$log/redial.peer" 2>&1 &
 peer=$!; pids+=("$peer")
-sleep 1
+bound "$log/redial.peer"
 timeout 40 "$perf" rds-echo "${ours[@]}" -r 10.78.0.2 -s 10.78.0.1 -p 5003 --peer-port 5003 -c 4 --sizes 0,1,4097,65536 -T 20 \
   >"$log/redial.ours" 2>&1
 rrc=$?
 wait "$peer"
 decode redial
 python3 "$here/rds_info.py" ib_listen_closed_stale ib_connect_raced conn_reset >"$log/redial.after" 2>&1
-info+=("redial (rds_rdma kept): ours $([ $rrc = 0 ] && echo "got through" || echo "failed: $(tail -c 160 "$log/redial.ours" | tr '\n' ' ')"); CM on w0a: $(grep -c ' REQ  10.78.0.2' "$log/redial.txt") REQ from ours, $(grep -c ' REJ' "$log/redial.txt") REJ, $(grep -c ' REQ  10.78.0.1' "$log/redial.txt") REQ from the kernel to itself; kernel counters before: $(cat "$log/redial.before"), after: $(cat "$log/redial.after")")
+info+=("redial (rds_rdma kept): ours $([ $rrc = 0 ] && echo "got through" || echo "failed: $(cut -c 20-200 "$log/redial.ours" | tr '\n' ' ')"); CM on w0a: $(grep -c ' REQ  10.78.0.2' "$log/redial.txt") REQ from ours, $(grep -c ' REJ' "$log/redial.txt") REJ, $(grep -c ' REQ  10.78.0.1' "$log/redial.txt") REQ from the kernel to itself; kernel counters before: $(cat "$log/redial.before"), after: $(cat "$log/redial.after")")
 
 # ---- rds-stress: ours (active, 10.78.0.2) -> kernel (passive, 10.78.0.1); kernel -> kernel on wire 1 ----
 stress() {  # name pkind(kernel) akind(ours|kernel) paddr aaddr load...
@@ -186,7 +191,7 @@ timeout 20 "$perf" rds-echo --provider verbs --device rxw0b -r 10.78.0.2 -s 10.7
 decode kfirst
 kreq=$(grep -A12 " REQ" "$log/kfirst.txt" | grep -m1 "rds_ib_connect_private" | sed 's/^ *//')
 krep=$(grep -c " REP" "$log/kfirst.txt")
-info+=("kernel-first: the kernel's REQ (${kreq#rds_ib_connect_private: }) to 10.78.0.2:18634 was answered by $krep REP(s) from the kernel's own listener (0.0.0.0:18634); our node on 10.78.0.2 cannot listen there: $(grep -o 'RDS fabric transport.*' "$log/kfirst.ours" | head -1 | cut -c1-160)")
+info+=("kernel-first: the kernel's REQ (${kreq#rds_ib_connect_private: }) to 10.78.0.2:18634 was answered by $krep REP(s) from the kernel's own listener (0.0.0.0:18634); our node on 10.78.0.2 (rxw0b), which listens on 18635 in the cases above, cannot listen on 18634: $(grep -o 'RDS fabric transport.*' "$log/kfirst.ours" | head -1 | cut -c1-160)")
 
 # ---- ratios ----
 o_msgs=$(num "$log/stress-64.json" msgs_per_sec); k_msgs=$(num "$log/kk-64.json" msgs_per_sec)

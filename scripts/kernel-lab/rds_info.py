@@ -9,18 +9,23 @@ the connections (RDS_INFO_CONNECTIONS: addresses, transport, next tx/rx sequence
 s=sending c=connecting C=connected) and the send, retransmit and receive queues. With counter
 names: `name value` of just those (0 when absent).
 """
+import ctypes
 import socket
 import struct
 import sys
 
 SOL_RDS = 276
+LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 def info(s, opt):
-    try:
-        return s.getsockopt(SOL_RDS, opt, 1 << 20)
-    except OSError:
+    """One RDS_INFO_* snapshot (Python's own getsockopt caps the buffer at 1024 bytes)."""
+    n = 1 << 20
+    buf = ctypes.create_string_buffer(n)
+    ln = ctypes.c_uint32(n)
+    if LIBC.getsockopt(s.fileno(), SOL_RDS, opt, buf, ctypes.byref(ln)) < 0:
         return b""
+    return buf.raw[:ln.value]
 
 
 def counters(s):
