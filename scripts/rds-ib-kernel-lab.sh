@@ -63,7 +63,18 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# What rds_ib_conn_error logs about a peer's frames or its queue pair (bad checksum, no header, fragment
+# mismatch, an error completion): a case fails if the kernel logged any of it while it ran.
+complaints_seen=0
+complaints() { grep -E "corrupted header|include a header|header mismatch|had status|ib_post_send to" "$log/dmesg.txt" 2>/dev/null; }
 result() {  # name, ok (0/1), detail
+  local c n
+  sleep 0.3
+  c=$(complaints); n=$(printf '%s' "$c" | grep -c .)
+  if [ "$n" -gt "$complaints_seen" ]; then
+    set -- "$1" 1 "$3 | kernel: $(printf '%s\n' "$c" | tail -n $((n - complaints_seen)) | head -2 | tr '\n' ' ')"
+  fi
+  complaints_seen=$n
   if [ "$2" = 0 ]; then pass=$((pass + 1)); rows+=("$(printf '%-14s PASS  %s' "$1" "$3")")
   else fail=$((fail + 1)); rows+=("$(printf '%-14s FAIL  %s' "$1" "$3")"); fi
   echo "  [$([ "$2" = 0 ] && echo PASS || echo FAIL)] $1: $3"
@@ -104,6 +115,10 @@ dmesg_pid=$!
 bash "$here/rxe-wire.sh" 2 >"$log/wires.txt" 2>&1 || { cat "$log/wires.txt"; echo "rds-ib-kernel-lab: rxe-wire.sh failed" >&2; exit 2; }
 modprobe rds_rdma || { echo "rds-ib-kernel-lab: modprobe rds_rdma failed: this kernel has no RDS-IB" >&2; exit 2; }
 echo "kernel $(uname -r); $(tr '\n' ' ' <"$log/wires.txt")"
+# The cache-line hand-off of this VM run (ratios are only comparable within one run).
+handoff=$("$perf" limit --quick --json 2>/dev/null | python3 -c 'import json,sys
+try: print("%.0f ns" % json.loads(sys.stdin.read().strip().splitlines()[-1])["limit"]["cacheline_oneway_ns"])
+except Exception: print("unknown")')
 
 # ---- echo: byte-exact, both ways ----
 reload
@@ -146,6 +161,8 @@ wait "$peer"
 decode redial
 python3 "$here/rds_info.py" ib_listen_closed_stale ib_connect_raced conn_reset >"$log/redial.after" 2>&1
 info+=("redial (rds_rdma kept): ours $([ $rrc = 0 ] && echo "got through" || echo "failed: $(cut -c 20-200 "$log/redial.ours" | tr '\n' ' ')"); CM on w0a: $(grep -c ' REQ  10.78.0.2' "$log/redial.txt") REQ from ours, $(grep -c ' REJ' "$log/redial.txt") REJ, $(grep -c ' REQ  10.78.0.1' "$log/redial.txt") REQ from the kernel to itself; kernel counters before: $(cat "$log/redial.before"), after: $(cat "$log/redial.after")")
+
+complaints_seen=$(complaints | grep -c .)   # the duel's own error completions count against no case
 
 # ---- rds-stress: ours (active, 10.78.0.2) -> kernel (passive, 10.78.0.1); kernel -> kernel on wire 1 ----
 stress() {  # name pkind(kernel) akind(ours|kernel) paddr aaddr load...
@@ -204,6 +221,7 @@ echo
 printf '%-14s %-5s %s\n' "case" "" "detail"
 for r in "${rows[@]}"; do echo "$r"; done
 for r in "${info[@]}"; do echo "(shown) $r"; done
+echo "cache-line hand-off of this VM run (dp-perf limit): $handoff"
 echo "ours vs kernel RDS-IB (same VM run): 64 B req/ack ${ratios% *}x ($o_msgs vs $k_msgs msgs/s); 64 KiB ${ratios#* }x ($o_bw vs $k_bw Gb/s)"
 if [ $json = 1 ]; then
   echo "{\"rds_ib_kernel\":{\"msgs_ratio\":${ratios% *},\"bw_ratio\":${ratios#* }}}"
