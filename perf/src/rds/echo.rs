@@ -8,7 +8,7 @@
 //! `pattern()[off(i)..off(i) + n]` ([`message`]), a xorshift32 stream the peer computes
 //! the same way, so both sides can check every byte and the order: the peer that the
 //! `i`-th message it got is message `i`, this side that the `i`-th echo is. Afterwards it
-//! waits [`QUIET`] for anything more (a duplicate). Any difference ends the run with the
+//! waits a second for anything more (a duplicate). Any difference ends the run with the
 //! first one found.
 
 use std::io;
