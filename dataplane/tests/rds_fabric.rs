@@ -144,6 +144,43 @@ fn connect_request_carries_rds_ib_private_data_as_the_kernel_sends_it() {
 }
 
 #[test]
+fn a_node_listening_on_another_port_dials_the_peer_port() {
+    // Beside a kernel rds_rdma, which holds 18634 on every address, a node listens on 18635
+    // and dials the kernel's 18634 (FabricConfig::peer_port).
+    let d = dir("peerport");
+    let dev = device(&d);
+    let mut cm = dev.create_cm_channel().unwrap();
+    cm.listen(SocketAddr::new(ip(2), 18634), 8).unwrap();
+    let fcfg = FabricConfig {
+        port_v4: 18635,
+        peer_port: Some(18634),
+        ..FabricConfig::default()
+    };
+    let a = node_with(&d, ip(1), 1, fcfg);
+    let s = sock(&a, SocketAddr::new(ip(1), 4000));
+    let r = a.with(|n, now| {
+        n.engine_mut().send_to(
+            now,
+            s,
+            Some(SocketAddr::new(ip(2), 4001)),
+            b"hello",
+            dataplane::rds::SendFlags::DONTWAIT,
+        )
+    });
+    assert_eq!(r, Ok(5));
+    let ev = cm
+        .wait_event(Some(Duration::from_secs(10)))
+        .expect("a connect request at the peer port");
+    let CmEvent::ConnectRequest { request, .. } = ev else {
+        panic!("expected a connect request, got {ev:?}");
+    };
+    assert_eq!(&request.private_data()[..8], &[10, 78, 0, 1, 10, 78, 0, 2]);
+    cm.reject(request, &[]).unwrap();
+    a.stop();
+    let _ = std::fs::remove_dir_all(d);
+}
+
+#[test]
 fn messages_of_every_size_both_ways_arrive_intact_and_in_order() {
     let d = dir("sizes");
     let a = node(&d, ip(1), 1);

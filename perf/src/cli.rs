@@ -35,6 +35,7 @@ use crate::lcore_perf::{self, LcoreConfig};
 use crate::limit::{self, LimitConfig};
 use crate::pool_perf::{self, MempoolConfig};
 use crate::rds::check::CheckArgs;
+use crate::rds::echo::EchoArgs;
 use crate::rds::ping::PingArgs;
 use crate::rds::stress::StressArgs;
 use crate::ring_perf::{self, RingConfig};
@@ -107,6 +108,10 @@ pub enum Command {
     /// Every message once, in order, byte-exact: a run of 0 B..1 MiB messages from
     /// --send to --recv, checked; a stalled receiver (--stall-after) tests congestion.
     RdsCheck(CheckArgs),
+    /// A byte-exact exchange with an echoing RDS peer (another RDS, such as the kernel's):
+    /// messages of --sizes (0 to 1 MiB), each checked by the peer and again when it comes
+    /// back, in order and once.
+    RdsEcho(EchoArgs),
     /// Draw figure files that earlier runs wrote with `--plot FILE.json` into one chart
     /// (`--plot OUT.svg`): an rsocket run next to its `--tcp` twin, write against send.
     Plot(PlotArgs),
@@ -137,6 +142,7 @@ impl Command {
             Self::RdsStress(a) => Box::new(a.run(common)?),
             Self::RdsPing(a) => Box::new(a.run(common)?),
             Self::RdsCheck(a) => Box::new(a.run(common)?),
+            Self::RdsEcho(a) => Box::new(a.run(common)?),
             Self::Plot(a) => Box::new(a.run()?),
         })
     }

@@ -1,6 +1,8 @@
 //! `dp-perf rds-stress --kernel`: the same request/ack (or one-way) load on the kernel's
-//! own RDS sockets (`AF_RDS`, `SO_RDS_TRANSPORT` = TCP), as `rstream --tcp` runs kernel
-//! TCP beside rsockets, so ratios come from one run on one machine.
+//! own RDS sockets (`AF_RDS`, `SO_RDS_TRANSPORT` = TCP, or IB with `--transport ib`), as
+//! `rstream --tcp` runs kernel TCP beside rsockets, so ratios come from one run on one
+//! machine. With `--transport ib` the kernel's `rds_rdma` carries the load (RDS-IB: in the
+//! initial network namespace only, on addresses of an RDMA device).
 //!
 //! Each side is one pinned thread busy-polling its non-blocking sockets (`MSG_DONTWAIT`).
 //! Between two network namespaces (the kernel lab: `-r ADDR` on one side, `-s PEER -r
@@ -14,7 +16,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
-use super::ksock::{KSock, RDS_TRANS_TCP};
+use super::ksock::{KSock, RDS_TRANS_IB};
 use crate::PerfError;
 
 /// The load of a kernel run (rds-stress's options).
@@ -27,6 +29,8 @@ pub(super) struct KernelLoad {
     pub(super) sockets: u32,
     pub(super) one_way: bool,
     pub(super) warmup: Duration,
+    /// `SO_RDS_TRANSPORT` of the sockets (`RDS_TRANS_TCP` or `RDS_TRANS_IB`).
+    pub(super) transport: libc::c_int,
 }
 
 /// 0 warm-up, 1 measuring, 2 done (pair runs: written by the active side).
@@ -41,10 +45,17 @@ fn open(addr: IpAddr, load: &KernelLoad) -> Result<Vec<KSock>, PerfError> {
                  (as root), or run in the kernel lab VM (/work/shared/tools/kernel-peers)"
             ))
         })?;
-        s.set_transport(RDS_TRANS_TCP).map_err(|e| {
-            PerfError::Fabric(format!(
-                "SO_RDS_TRANSPORT tcp: {e}: `modprobe rds_tcp` (the rds module alone has no TCP)"
-            ))
+        s.set_transport(load.transport).map_err(|e| {
+            PerfError::Fabric(if load.transport == RDS_TRANS_IB {
+                format!(
+                    "SO_RDS_TRANSPORT ib: {e}: `modprobe rds_rdma` (as root, in the initial \
+                     network namespace: RDS-IB serves no other)"
+                )
+            } else {
+                format!(
+                    "SO_RDS_TRANSPORT tcp: {e}: `modprobe rds_tcp` (the rds module alone has no TCP)"
+                )
+            })
         })?;
         let per = (load.req + load.ack) as u64;
         let bytes = (load.inflight * per * 2 / u64::from(load.sockets)).max(per * 2);

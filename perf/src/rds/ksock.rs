@@ -14,6 +14,8 @@ const SOL_RDS: libc::c_int = 276;
 const SO_RDS_TRANSPORT: libc::c_int = 8;
 /// `RDS_TRANS_TCP`.
 pub(super) const RDS_TRANS_TCP: libc::c_int = 2;
+/// `RDS_TRANS_IB` (the kernel's `rds_rdma`).
+pub(super) const RDS_TRANS_IB: libc::c_int = 0;
 
 /// A kernel RDS socket.
 #[derive(Debug)]

@@ -44,6 +44,7 @@ use crate::harness::ProviderKind;
 use crate::harness::open_verbs;
 
 pub mod check;
+pub mod echo;
 mod kernel;
 mod ksock;
 pub mod pattern;
@@ -68,6 +69,16 @@ pub enum RdsTransport {
     Ib,
     /// RDS over kernel TCP sockets (Linux's rds_tcp wire format): system calls per poll.
     Tcp,
+}
+
+impl RdsTransport {
+    /// `SO_RDS_TRANSPORT` of the kernel's sockets in a `--kernel` run.
+    pub(crate) fn kernel_value(self) -> libc::c_int {
+        match self {
+            Self::Ib => ksock::RDS_TRANS_IB,
+            Self::Tcp => ksock::RDS_TRANS_TCP,
+        }
+    }
 }
 
 /// Socket buffers of the benchmark sockets: room for 1 MiB messages several deep.
@@ -115,6 +126,14 @@ pub struct RdsFabric {
     /// down. (With it, the default, a peer that does not offer it gets that rule anyway.)
     #[arg(long)]
     pub no_sport_idx: bool,
+    /// The fabric transport's RDMA CM port over IPv4, listened on and dialled (RDS-IB's
+    /// 18634). Beside the kernel's rds_rdma, which holds 18634 on every address, listen
+    /// on another (this) and dial the kernel's with --ib-peer-port 18634.
+    #[arg(long, value_name = "PORT", default_value_t = dataplane::rds::wire::IB_PORT_V4)]
+    pub ib_port: u16,
+    /// The fabric transport: the RDMA CM port to dial on the peer, if not --ib-port.
+    #[arg(long, value_name = "PORT")]
+    pub ib_peer_port: Option<u16>,
 }
 
 /// `--paths`: 1 or 8 (`RDS_MPATH_WORKERS`; the engine offers all 8 or none).
@@ -230,21 +249,29 @@ pub(crate) fn node(
                 ..ShmConfig::default()
             })
             .map_err(|e| fail(format!("shm device: {e}")))?;
-            attach::<Shm>(engine, dev)
+            attach::<Shm>(fab, engine, dev)
         }
         #[cfg(feature = "verbs")]
-        ProviderKind::Verbs => {
-            attach::<dataplane::fabric::verbs::Verbs>(engine, open_verbs(fab.device.as_deref())?)
-        }
+        ProviderKind::Verbs => attach::<dataplane::fabric::verbs::Verbs>(
+            fab,
+            engine,
+            open_verbs(fab.device.as_deref())?,
+        ),
         #[cfg(not(feature = "verbs"))]
         ProviderKind::Verbs => match open_verbs(fab.device.as_deref())? {},
     }
 }
 
 /// The node of `engine` with the fabric transport on `dev`.
-fn attach<P: Provider>(engine: RdsEngine, dev: P::Device) -> Result<RdsNode, PerfError> {
+fn attach<P: Provider>(
+    fab: &RdsFabric,
+    engine: RdsEngine,
+    dev: P::Device,
+) -> Result<RdsNode, PerfError> {
     let fail = |e: String| PerfError::Fabric(e);
     let fcfg = FabricConfig {
+        port_v4: fab.ib_port,
+        peer_port: fab.ib_peer_port,
         recv_depth: 1024,
         ..FabricConfig::default()
     };

@@ -28,7 +28,8 @@ use serde_json::json;
 
 use super::kernel::{self, KernelLoad, Phase};
 use super::{
-    PAIR_ACTIVE_TCP, PAIR_PASSIVE_TCP, RdsFabric, all_counters, node, rendezvous, set_buffers,
+    PAIR_ACTIVE_TCP, PAIR_PASSIVE_TCP, RdsFabric, RdsTransport, all_counters, node, rendezvous,
+    set_buffers,
 };
 use crate::common::Common;
 use crate::harness::{run_on, run_pair};
@@ -80,12 +81,16 @@ pub struct StressArgs {
     /// shm rendezvous directory (both processes of a two-process run must give the same).
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
-    /// Run the same load on the kernel's own RDS sockets (AF_RDS, SO_RDS_TRANSPORT tcp)
-    /// instead of this RDS: the reference for ratios. Needs a kernel with rds_tcp; --pair
-    /// then measures the kernel's loopback transport (one namespace), two processes in two
-    /// namespaces measure its RDS-TCP.
+    /// Run the same load on the kernel's own RDS sockets (AF_RDS, SO_RDS_TRANSPORT
+    /// --kernel-transport) instead of this RDS: the reference for ratios. Needs a kernel
+    /// with rds_tcp (rds_rdma); --pair then measures the kernel's loopback transport (one
+    /// namespace), two processes in two namespaces measure its RDS-TCP, two addresses of
+    /// an RDMA device (initial namespace) its RDS-IB.
     #[arg(long)]
     pub kernel: bool,
+    /// --kernel: the kernel sockets' SO_RDS_TRANSPORT: tcp (rds_tcp) or ib (rds_rdma).
+    #[arg(long, value_enum, default_value_t = RdsTransport::Tcp)]
+    pub kernel_transport: RdsTransport,
     /// The provider.
     #[command(flatten)]
     pub fabric: RdsFabric,
@@ -300,6 +305,7 @@ impl StressArgs {
             sockets,
             one_way: self.one_way,
             warmup: WARMUP,
+            transport: self.kernel_transport.kernel_value(),
         };
         let phase = Phase(AtomicU8::new(WARM));
         let [ca, cb] = common.cpus.as_array();

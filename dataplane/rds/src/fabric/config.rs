@@ -19,6 +19,10 @@ pub struct FabricConfig {
     pub port_v4: u16,
     /// RDMA CM port over IPv6 (RDS-IB: 16385, `RDS_CM_PORT`).
     pub port_v6: u16,
+    /// The port to dial on a peer, when not `port_v4`/`port_v6` (both families). Beside a
+    /// kernel `rds_rdma`, which holds 18634 on every address (`0.0.0.0`), a node must
+    /// listen elsewhere and still dial the kernel's 18634.
+    pub peer_port: Option<u16>,
     /// Receive buffers posted per connection (RDS-IB's `max_recv_wr`, 1024 in the
     /// kernel): the credits the peer gets. At most 16383 (the credit counter's limit).
     pub recv_depth: u32,
@@ -41,6 +45,7 @@ impl Default for FabricConfig {
         Self {
             port_v4: IB_PORT_V4,
             port_v6: IB_PORT_V6,
+            peer_port: None,
             recv_depth: 256,
             signal_every: 16,
             inline_max: 256,

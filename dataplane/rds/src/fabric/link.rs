@@ -25,6 +25,28 @@ use crate::engine::RdsEngine;
 use crate::path::{FrameKind, PathId, TxFrame};
 use crate::wire::HEADER_LEN;
 
+/// The send flags of `frame` (`rds_ib_xmit`, `rds_ib_send_ack`), counting unsignalled
+/// frames in `unsignaled`: a completion is requested on the last frame of a message or
+/// update, on every ACK-only frame and at least every `signal_every` frames; the last
+/// frame of a message and every ACK-only frame also raise a *solicited event* at the
+/// peer. Linux arms its receive completion queue for solicited events only
+/// (`ib_req_notify_cq(i_recv_cq, IB_CQ_SOLICITED)`): without the flag it never looks at
+/// what arrived, and neither answers nor acks.
+pub(crate) fn wr_flags(unsignaled: &mut u32, frame: &TxFrame, signal_every: u32) -> SendFlags {
+    let solicit = frame.last || frame.kind == FrameKind::Ack;
+    if solicit || *unsignaled + 1 >= signal_every {
+        *unsignaled = 0;
+        if solicit {
+            SendFlags::SIGNALED | SendFlags::SOLICITED
+        } else {
+            SendFlags::SIGNALED
+        }
+    } else {
+        *unsignaled += 1;
+        SendFlags::NONE
+    }
+}
+
 /// Where a connection is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum LinkState {
@@ -348,15 +370,7 @@ impl<P: Provider> Link<P> {
         signal_every: u32,
         stats: &mut FabricStats,
     ) -> Result<(), PostError> {
-        let signaled =
-            frame.last || frame.kind == FrameKind::Ack || self.unsignaled + 1 >= signal_every;
-        let flags = if signaled {
-            self.unsignaled = 0;
-            SendFlags::SIGNALED
-        } else {
-            self.unsignaled += 1;
-            SendFlags::NONE
-        };
+        let flags = wr_flags(&mut self.unsignaled, frame, signal_every);
         let len = frame.wire_len();
         let frags = engine.frags();
         if len <= self.inline_max {
@@ -400,5 +414,47 @@ impl<P: Provider> Link<P> {
             payload: Payload::Sgl(&sgl[..k]),
             flags,
         }])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::path::TxPayload;
+
+    fn frame(kind: FrameKind, last: bool) -> TxFrame {
+        TxFrame {
+            token: 0,
+            header: [0; HEADER_LEN],
+            payload: TxPayload::None,
+            kind,
+            last,
+        }
+    }
+
+    #[test]
+    fn test_wr_flags_last_fragment_and_ack_solicit_the_peer() {
+        // Linux arms its receive CQ for solicited events only: the last fragment of every
+        // message or update and every ACK-only frame must carry IBV_SEND_SOLICITED.
+        let mut n = 0;
+        let f = wr_flags(&mut n, &frame(FrameKind::Data, true), 16);
+        assert!(f.contains(SendFlags::SOLICITED) && f.contains(SendFlags::SIGNALED));
+        let f = wr_flags(&mut n, &frame(FrameKind::CongMap, true), 16);
+        assert!(f.contains(SendFlags::SOLICITED));
+        let f = wr_flags(&mut n, &frame(FrameKind::Ack, false), 16);
+        assert!(f.contains(SendFlags::SOLICITED) && f.contains(SendFlags::SIGNALED));
+        assert_eq!(n, 0);
+    }
+
+    #[test]
+    fn test_wr_flags_middle_fragments_signal_every_n_without_soliciting() {
+        let mut n = 0;
+        for k in 1..=3u32 {
+            let f = wr_flags(&mut n, &frame(FrameKind::Data, false), 4);
+            assert_eq!(f, SendFlags::NONE, "fragment {k}");
+        }
+        let f = wr_flags(&mut n, &frame(FrameKind::Data, false), 4);
+        assert!(f.contains(SendFlags::SIGNALED) && !f.contains(SendFlags::SOLICITED));
+        assert_eq!(n, 0);
     }
 }

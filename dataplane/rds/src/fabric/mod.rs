@@ -8,7 +8,13 @@
 //! (IPv6) with `rds_ib_connect_private` as the request's and reply's private data
 //! (addresses, protocol 3.1 with minor mask 3, our ack, our initial credits); each frame is
 //! one SEND of the 48-byte header and at most 4096 payload bytes; ACK-only frames and
-//! credits as the path state machine makes them.
+//! credits as the path state machine makes them. The last SEND of every message or
+//! update and every ACK-only frame asks for a solicited event, as `rds_ib_xmit` does:
+//! Linux arms its receive completion queue for solicited events only, and does not look
+//! at what arrived until one comes. Proven against the kernel's `rds_rdma` over Soft-RoCE
+//! by `scripts/rds-ib-kernel-lab.sh`; beside a kernel RDS, which holds port 18634 on every
+//! address, a node listens on another port and dials 18634
+//! ([`FabricConfig::peer_port`]).
 //!
 //! # Memory and trust
 //!

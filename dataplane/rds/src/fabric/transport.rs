@@ -205,7 +205,7 @@ impl<P: Provider> FabricTransport<P> {
             return;
         };
         let (bytes, n) = private.to_bytes();
-        let dst = SocketAddr::new(faddr, self.port_for(faddr));
+        let dst = SocketAddr::new(faddr, self.cfg.peer_port.unwrap_or(self.port_for(faddr)));
         let init = res.init(&self.pd, &self.cfg);
         let r = self
             .cm
