@@ -175,6 +175,10 @@ counters! {
     send_retransmitted,
     /// Peer generation changes seen (the peer restarted).
     peer_gen_changed,
+    /// Use-once memory regions freed by the peer's RDMA extension header.
+    rdma_use_once_freed,
+    /// RDMA extension headers naming a key the receiving socket does not own (ignored).
+    rdma_unuse_unknown_key,
 }
 
 #[cfg(test)]

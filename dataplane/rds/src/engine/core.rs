@@ -13,6 +13,7 @@ use mempool::memory::MemError;
 use super::config::{RdsConfig, TransportKind, TransportSpec};
 use super::cong::{CongTable, MapIdx};
 use super::conn::{Conn, ConnKey};
+use super::mr::MrTable;
 use super::socket::{RdsSocket, Ready, SocketTable};
 use crate::addr::Addr;
 use crate::path::{ConnState, Path, PathCmd, PathCtx, PathId, PeerParams, RxRefused, TxFrame};
@@ -132,6 +133,8 @@ pub struct RdsEngine {
     cmd_q: VecDeque<u32>,
     in_cmd: Vec<bool>,
     pub(crate) events: VecDeque<u32>,
+    /// Memory regions for RDMA, once a transport plugged in its window.
+    pub(crate) mr: Option<MrTable>,
 }
 
 /// Why an engine could not be made.
@@ -201,6 +204,7 @@ impl RdsEngine {
             cmd_q: VecDeque::with_capacity(slots),
             in_cmd: vec![false; slots],
             events: VecDeque::with_capacity(cfg.max_sockets as usize),
+            mr: None,
             store,
             stats: Stats::default(),
             rng,

@@ -41,7 +41,9 @@
 
 mod config;
 mod link;
+mod rdma;
 mod transport;
 
 pub use config::{FabricConfig, FabricStats, HDR_SLOT, RECV_BUF};
+pub use rdma::MAX_WINDOW;
 pub use transport::{FabricTransport, FabricTransportError};

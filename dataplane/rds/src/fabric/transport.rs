@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use dp_fabric::Access;
 use dp_fabric::{
@@ -11,9 +12,11 @@ use dp_fabric::{
     ProtectionDomain, Provider,
 };
 use lcore::time::Instant;
+use mempool::memory::Region;
 
 use super::config::{FabricConfig, FabricStats, RECV_BUF};
 use super::link::{INLINE_CAP, Link, LinkRes, LinkState};
+use super::rdma::{MAX_WINDOW, WindowMemory};
 use crate::engine::{Accept, Incoming, RdsEngine, Reject, TransportCmd, TransportKind};
 use crate::path::{PathId, TxFrame};
 use crate::transport::Transport;
@@ -37,6 +40,9 @@ pub struct FabricTransport<P: Provider> {
     by_conn: HashMap<ConnId, PathId>,
     listeners: Vec<(ListenId, SocketAddr)>,
     frag_mr: P::Mr,
+    /// The RDMA window and its registration for local access (the local side of RDMA
+    /// operations), once exposed.
+    window: Option<(Arc<Region>, P::Mr)>,
     cm: P::Cm,
     pd: P::Pd,
     dev: P::Device,
@@ -115,6 +121,7 @@ impl<P: Provider> FabricTransport<P> {
             by_conn: HashMap::new(),
             listeners: Vec::new(),
             frag_mr,
+            window: None,
             cm,
             pd,
             dev,
@@ -125,6 +132,39 @@ impl<P: Provider> FabricTransport<P> {
             t.listen(ip)?;
         }
         Ok(t)
+    }
+
+    /// Gives the node an RDMA window: `RDS_GET_MR` on the engine's sockets registers
+    /// ranges of `window` (and only of it) for peers, each range with its own key. Take
+    /// RDMA buffers from this region (a `mempool` region: hugepages when reserved; for the
+    /// shm provider any region works, its registration shares the pages). Replaces an
+    /// earlier window, whose regions are freed. Control path.
+    ///
+    /// # Errors
+    ///
+    /// A window above 4 GiB (cookie offsets are 32 bits), or the provider's failure to
+    /// register it for local access.
+    pub fn expose_window(
+        &mut self,
+        engine: &mut RdsEngine,
+        window: Arc<Region>,
+    ) -> Result<(), FabricTransportError> {
+        if window.len() > MAX_WINDOW {
+            return Err(FabricTransportError::Config(
+                "an RDMA window is at most 4 GiB (cookie offsets are 32 bits)",
+            ));
+        }
+        let local = self
+            .pd
+            .reg_region(&window, 0, window.len(), Access::LOCAL_WRITE)?;
+        engine
+            .set_rdma_memory(
+                TransportKind::Ib,
+                Box::new(WindowMemory::<P>::new(self.pd.clone(), window.clone())),
+            )
+            .map_err(|_| FabricTransportError::NoIbTransport)?;
+        self.window = Some((window, local));
+        Ok(())
     }
 
     /// Counters.
