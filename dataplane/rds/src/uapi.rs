@@ -87,6 +87,8 @@ pub const RDS_RDMA_DONTWAIT: u64 = 0x0010;
 pub const RDS_RDMA_NOTIFY_ME: u64 = 0x0020;
 /// `RDS_RDMA_SILENT`: no notification at the receiver.
 pub const RDS_RDMA_SILENT: u64 = 0x0040;
+/// `UIO_MAXIOV`: the most local ranges of one RDMA operation (`nr_local`).
+pub const UIO_MAXIOV: u64 = 1024;
 /// `sizeof(struct rds_get_mr_args)`: `RDS_GET_MR`'s exact option length.
 pub const GET_MR_ARGS_LEN: usize = 32;
 /// `sizeof(struct rds_get_mr_for_dest_args)`: the args plus a `sockaddr_storage` (128).

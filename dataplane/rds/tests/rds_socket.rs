@@ -194,6 +194,8 @@ fn test_sendmsg_checks_in_linux_order() {
         remote_addr: 0,
         remote_bytes: 2 << 20,
         nr_local: 1,
+        local_addr: 0,
+        local_bytes: 1,
         flags: 0,
         user_token: 0,
     };

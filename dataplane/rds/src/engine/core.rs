@@ -14,13 +14,13 @@ use super::config::{RdsConfig, TransportKind, TransportSpec};
 use super::cong::{CongTable, MapIdx};
 use super::conn::{Conn, ConnKey};
 use super::mr::MrTable;
-use super::socket::{RdsSocket, Ready, SocketTable};
+use super::socket::{RdmaNotify, RdsSocket, Ready, SocketTable};
 use crate::addr::Addr;
 use crate::path::{ConnState, Path, PathCmd, PathCtx, PathId, PeerParams, RxRefused, TxFrame};
 use crate::rng::Rng;
 use crate::stats::Stats;
 use crate::store::{FragPool, Lane, List, Msg, Store};
-use crate::uapi::RDS_RDMA_DROPPED;
+use crate::uapi::{RDS_RDMA_DROPPED, RDS_RDMA_SUCCESS};
 use crate::wire::CongMap;
 use crate::wire::ib::{self, IbConnPrivRepr, IbVersion, IncompatibleVersion, SUPPORTED_MINOR_MASK};
 
@@ -432,7 +432,18 @@ impl RdsEngine {
                 if s.snd_bytes == 0 {
                     self.stats.send_queue_empty += 1;
                 }
-                let _ = status; // RDMA notifications (RDS_RDMA_SUCCESS / _DROPPED): phase 2.
+                // rds_rdma_send_complete: the operation's outcome, to the sender.
+                if let Some(op) = self.store.msgs.get(id).rdma {
+                    let st = op.failed.unwrap_or(status.unwrap_or(RDS_RDMA_SUCCESS));
+                    if op.notify || (op.recverr && st != RDS_RDMA_SUCCESS) {
+                        s.notify.push_back(RdmaNotify {
+                            user_token: op.user_token,
+                            status: st,
+                        });
+                        self.notify_sock(sidx);
+                    }
+                }
+                let s = &mut self.socks.slots[sidx as usize];
                 let now_ready = s.base_ready();
                 self.store.msgs.get_mut(id).clear(Msg::ON_SOCK);
                 if now_ready & Ready::WRITE != before & Ready::WRITE {
@@ -691,6 +702,25 @@ impl RdsEngine {
         if self.valid(path) {
             self.with_path(path, |p, ctx| p.handle_send_complete(token, ctx));
             self.after_path(now, path);
+        }
+    }
+
+    /// The RDMA operation posted before frame `token` of `path` failed with `status`
+    /// (`RDS_RDMA_REMOTE_ERROR` for a key, range or right the peer's memory refused,
+    /// `RDS_RDMA_OTHER_ERROR` otherwise): the message's notification will say so. The
+    /// transport then fails the connection (an RC queue pair is in error after it); the
+    /// message is not retransmitted, as no RDMA message is. Flushed operations are not
+    /// reported (`RDS_RDMA_DROPPED` when the path resets).
+    pub fn handle_rdma_failed(&mut self, _now: Instant, path: PathId, token: u64, status: i32) {
+        if !self.valid(path) {
+            return;
+        }
+        let p = &self.conns[path.conn as usize].paths[path.index as usize];
+        if let Some(mid) = p.msg_in_flight(token)
+            && let Some(op) = self.store.msgs.get_mut(mid).rdma.as_mut()
+        {
+            op.failed.get_or_insert(status);
+            self.stats.send_rdma_failed += 1;
         }
     }
 

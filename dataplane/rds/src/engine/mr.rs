@@ -115,6 +115,11 @@ pub trait RdmaMemory: Send {
 
     /// Deregisters the region of `rkey`: from now on a peer's access with it fails.
     fn deregister(&mut self, rkey: u32);
+
+    /// The RDMA window: its first byte's address and its length. The local side of an
+    /// RDMA operation must lie inside it (the transport reaches it through one local
+    /// registration).
+    fn window(&self) -> (u64, u64);
 }
 
 /// A live memory region of a socket (`struct rds_mr`).
@@ -213,6 +218,13 @@ impl MrTable {
             self.backend.deregister(k);
         }
         gone.len()
+    }
+
+    /// The offset in the window of `[addr, addr + bytes)`, if the range lies inside it.
+    pub(crate) fn window_offset(&self, addr: u64, bytes: u64) -> Option<u64> {
+        let (base, len) = self.backend.window();
+        let off = addr.checked_sub(base)?;
+        (off.checked_add(bytes)? <= len).then_some(off)
     }
 
     /// Live regions.

@@ -4,11 +4,13 @@
 
 use super::config::TransportKind;
 use super::core::RdsEngine;
-use super::mr::{MrTable, RdmaMemory};
-use super::socket::RdsSocket;
+use super::mr::{MrTable, RdmaMemory, cookie_key, cookie_offset, pages_in_vec};
+use super::socket::{RdsSocket, SendCmsg};
 use crate::error::RdsError;
+use crate::store::RdmaOp;
 use crate::uapi::{
     FREE_MR_ARGS_LEN, GET_MR_ARGS_LEN, GET_MR_FOR_DEST_ARGS_LEN, RDS_GET_MR, RDS_GET_MR_FOR_DEST,
+    RDS_RDMA_FENCE, RDS_RDMA_NOTIFY_ME, RDS_RDMA_READWRITE, UIO_MAXIOV,
 };
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
@@ -101,6 +103,11 @@ impl RdsEngine {
             }
         }
         self.mr = Some(MrTable::new(backend));
+        for t in &mut self.cfg.transports {
+            if t.kind == kind {
+                t.rdma = true;
+            }
+        }
         Ok(())
     }
 
@@ -200,7 +207,7 @@ impl RdsEngine {
         let freed = self
             .mr
             .as_mut()
-            .is_some_and(|t| t.free(sock.idx, sock.generation, super::mr::cookie_key(cookie)));
+            .is_some_and(|t| t.free(sock.idx, sock.generation, cookie_key(cookie)));
         if freed {
             Ok(())
         } else {
@@ -239,6 +246,128 @@ impl RdsEngine {
             Some(_) => {}
             None => self.stats.rdma_unuse_unknown_key += 1,
         }
+    }
+
+    /// The RDMA operation of a message's control messages (`rds_cmsg_rdma_args`), checked
+    /// in Linux's order; `None` if there is none. The caller checked that the socket's
+    /// transport has RDMA and that the groups do not mix.
+    pub(crate) fn rdma_from_cmsgs(
+        &self,
+        cmsgs: &[SendCmsg],
+        recverr: bool,
+    ) -> Result<Option<RdmaOp>, RdsError> {
+        let mut op: Option<RdmaOp> = None;
+        for c in cmsgs {
+            match *c {
+                SendCmsg::RdmaArgs {
+                    cookie,
+                    remote_addr,
+                    remote_bytes,
+                    nr_local,
+                    local_addr,
+                    local_bytes,
+                    flags,
+                    user_token,
+                } => {
+                    if op.is_some() {
+                        return Err(RdsError::InvalidArgument(
+                            "one RDS_CMSG_RDMA_ARGS per message",
+                        ));
+                    }
+                    if nr_local > UIO_MAXIOV {
+                        return Err(RdsError::MessageTooLong {
+                            len: nr_local as usize,
+                            limit: UIO_MAXIOV as usize,
+                            what: "nr_local: at most UIO_MAXIOV local ranges",
+                        });
+                    }
+                    if nr_local != 1 {
+                        return Err(RdsError::InvalidArgument(
+                            "nr_local must be 1: this engine takes one local range, in the RDMA window",
+                        ));
+                    }
+                    if pages_in_vec(local_addr, local_bytes) == 0 {
+                        return Err(RdsError::InvalidArgument(
+                            "the local range is empty, wraps, or is longer than 4 GiB",
+                        ));
+                    }
+                    let local = self
+                        .mr
+                        .as_ref()
+                        .and_then(|t| t.window_offset(local_addr, local_bytes))
+                        .ok_or(RdsError::Fault(
+                            "the local range is not inside the node's RDMA window (FabricTransport::expose_window)",
+                        ))?;
+                    if local_bytes > remote_bytes {
+                        return Err(RdsError::InvalidArgument(
+                            "the local range is longer than remote_vec.bytes",
+                        ));
+                    }
+                    op = Some(RdmaOp {
+                        rkey: cookie_key(cookie),
+                        remote: remote_addr.wrapping_add(u64::from(cookie_offset(cookie))),
+                        local,
+                        len: local_bytes as u32,
+                        write: flags & RDS_RDMA_READWRITE != 0,
+                        fence: flags & RDS_RDMA_FENCE != 0,
+                        notify: flags & RDS_RDMA_NOTIFY_ME != 0,
+                        recverr,
+                        user_token,
+                        failed: None,
+                    });
+                }
+                SendCmsg::Atomic(_) => {
+                    return Err(RdsError::NotSupported(
+                        "RDMA atomics: the dp-fabric providers have no atomic operations",
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Ok(op)
+    }
+
+    /// The cookie a message offers its receiver (`RDS_CMSG_RDMA_DEST`: one of the socket's
+    /// regions, `rds_cmsg_rdma_dest`; `RDS_CMSG_RDMA_MAP`: a region registered now, as
+    /// `RDS_GET_MR` would, `rds_cmsg_rdma_map`), carried in `RDS_EXTHDR_RDMA_DEST`.
+    /// `None` if the message offers none. A region mapped here stays the socket's (free it
+    /// with `RDS_FREE_MR`, as in Linux) even if the send then fails.
+    pub(crate) fn rdma_dest_from_cmsgs(
+        &mut self,
+        sock: RdsSocket,
+        cmsgs: &[SendCmsg],
+    ) -> Result<Option<u64>, RdsError> {
+        let mut cookie: Option<u64> = None;
+        for c in cmsgs {
+            let got = match *c {
+                SendCmsg::RdmaDest(c) => {
+                    let t = self.mr_table_for(sock)?;
+                    if cookie.is_none()
+                        && t.lookup(sock.idx, sock.generation, cookie_key(c)).is_none()
+                    {
+                        return Err(RdsError::InvalidArgument(
+                            "RDS_CMSG_RDMA_DEST names no memory region of this socket",
+                        ));
+                    }
+                    c
+                }
+                SendCmsg::RdmaMap { addr, bytes, flags } => {
+                    if cookie.is_some() {
+                        0
+                    } else {
+                        self.get_mr(sock, addr, bytes, flags)?
+                    }
+                }
+                _ => continue,
+            };
+            if cookie.is_some() {
+                return Err(RdsError::InvalidArgument(
+                    "one RDS_CMSG_RDMA_DEST or RDS_CMSG_RDMA_MAP per message",
+                ));
+            }
+            cookie = Some(got);
+        }
+        Ok(cookie)
     }
 
     /// Frees the regions of a closing socket (`rds_rdma_drop_keys`).

@@ -295,6 +295,17 @@ impl RdsEngine {
             self.store.msgs.remove(&mut s.send_list, Lane::Sock, mid);
             s.snd_bytes = s.snd_bytes.saturating_sub(len);
             self.store.msgs.get_mut(mid).clear(Msg::ON_SOCK);
+            // __rds_send_complete(.., RDS_RDMA_CANCELED) for a cancelled RDMA message
+            // (a closing socket gets no notifications).
+            if let Some(op) = self.store.msgs.get(mid).rdma
+                && dest.is_some()
+                && (op.notify || op.recverr)
+            {
+                s.notify.push_back(crate::engine::RdmaNotify {
+                    user_token: op.user_token,
+                    status: RDS_RDMA_CANCELED,
+                });
+            }
             if (conn as usize) < self.conns.len() {
                 let id = crate::path::PathId { conn, index: path };
                 self.with_path(id, |p, ctx| p.cancel(mid, ctx));

@@ -130,6 +130,16 @@ impl Path {
             }
         };
         let seq = m.seq;
+        // The RDMA operation goes out just before the message's first frame.
+        let rdma = if x.sent == 0 && !is_cong {
+            m.rdma
+        } else {
+            None
+        };
+        if let Some(op) = rdma {
+            ctx.stats.send_rdma += 1;
+            ctx.stats.send_rdma_bytes += u64::from(op.len);
+        }
         match self.cfg.flavor {
             Flavor::Message => {
                 let (ack, was_requested) = self.ack.piggyback();
@@ -186,6 +196,7 @@ impl Path {
             payload,
             kind,
             last,
+            rdma,
         })
     }
 
@@ -319,6 +330,7 @@ impl Path {
             payload: TxPayload::None,
             kind: FrameKind::Ack,
             last: true,
+            rdma: None,
         })
     }
 
@@ -345,6 +357,15 @@ impl Path {
                 ctx.store.release_if_unused(id);
             }
         }
+    }
+
+    /// The message whose frame `token` is in flight (to pin a transport's report on an
+    /// RDMA operation to its message).
+    pub fn msg_in_flight(&self, token: u64) -> Option<MsgId> {
+        self.inflight
+            .iter()
+            .find(|f| f.token == token)
+            .and_then(|f| f.msg)
     }
 
     /// A stream transport's peer acknowledged every byte before stream offset `acked`
