@@ -33,7 +33,7 @@ pub const CM_PRIVATE_MAX: usize = 56;
 
 /// Appends the announcement of a window based at `base` after the `n` bytes of private
 /// data in `buf`, if it fits; returns the new length.
-pub(crate) fn append_window(buf: &mut [u8], n: usize, base: u64) -> usize {
+pub fn append_window(buf: &mut [u8], n: usize, base: u64) -> usize {
     if n + WINDOW_EXT_LEN > CM_PRIVATE_MAX || n + WINDOW_EXT_LEN > buf.len() {
         return n;
     }
@@ -47,7 +47,7 @@ pub(crate) fn append_window(buf: &mut [u8], n: usize, base: u64) -> usize {
 /// 0 (cookies are zero-based, as a kernel peer's) without an announcement. Any value is
 /// accepted: it only places our RDMA operations in the peer's own memory, where its
 /// provider checks every access against the key.
-pub(crate) fn peer_window(private: &[u8], struct_len: usize) -> u64 {
+pub fn peer_window(private: &[u8], struct_len: usize) -> u64 {
     match private.get(struct_len..struct_len + WINDOW_EXT_LEN) {
         Some(t) if t[..4] == WINDOW_MAGIC => {
             let mut b = [0u8; 8];
