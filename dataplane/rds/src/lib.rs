@@ -158,9 +158,10 @@
 //! Linux), an operation takes one local range (`nr_local` 1), the cookie's offset is an
 //! offset in the owner's window (its base travels in the connection's private data; IPv6
 //! has no room for it in the RDMA CM's 56 bytes, so RDMA between our nodes is IPv4), a
-//! region is read-only to peers unless registered with `RDS_RDMA_READWRITE`, the
-//! notification comes when the message is acked (Linux: when its SEND completes), and a
-//! `SILENT` operation still sends its header. `RDS_CMSG_RDMA_DEST` and `RDS_CMSG_RDMA_MAP`
+//! region is read-only to peers unless registered with `RDS_RDMA_READWRITE`, and a
+//! `SILENT` operation still sends its header. As in Linux, an operation is reported when
+//! its message's SENDs complete (it completed before them), once; one that never got there
+//! is reported `DROPPED` on a reset or `CANCELED` by `RDS_CANCEL_SENT_TO`. `RDS_CMSG_RDMA_DEST` and `RDS_CMSG_RDMA_MAP`
 //! offer a region to the receiver (`RDS_EXTHDR_RDMA_DEST`, delivered as
 //! [`Received::Data`]'s `rdma_dest`). Not here: atomics (the dp-fabric providers have
 //! none: `EOPNOTSUPP`), and a kernel RDS-IB peer's RDMA into our memory (its addresses are

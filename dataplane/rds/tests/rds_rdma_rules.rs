@@ -1,4 +1,5 @@
-//! The engine's RDMA rules over the simulator, with virtual time: notification on ack,
+//! The engine's RDMA rules over the simulator, with virtual time: notification when the
+//! message's frames complete (before the ack, once),
 //! never a retransmission (`RDS_RDMA_DROPPED` after a reset, while the other messages are
 //! resent), use-once regions freed by the peer's extension header (and only the receiving
 //! socket's), and `RDMA_DEST` delivery. The simulator's links carry frames only: moving
@@ -125,7 +126,7 @@ fn drain_b(t: &mut Net) -> (Vec<Vec<u8>>, Vec<RdmaNotify>) {
 }
 
 #[test]
-fn test_rdma_notify_success_on_ack_and_use_once_freed_by_the_exthdr() {
+fn test_rdma_notify_success_and_use_once_freed_by_the_exthdr() {
     let mut t = net();
     let once = t
         .net
@@ -222,4 +223,37 @@ fn test_rdma_dest_cookie_is_delivered_with_the_message() {
         Ok(Received::Data { rdma_dest, .. }) => assert_eq!(rdma_dest, Some(mine)),
         other => panic!("expected the message, got {other:?}"),
     }
+}
+
+#[test]
+fn test_rdma_notified_at_completion_before_the_ack() {
+    let mut t = net();
+    send(&mut t, b"first", &[]);
+    t.net.run_for(Duration::from_millis(10));
+    assert_eq!(drain_b(&mut t).0.len(), 1);
+    let acked = t.net.engine(0).stats().send_drop_acked;
+    send(&mut t, b"rdma", &[write_args(0x99, 3)]);
+    // Delivered (its frame completed) well inside the delayed-ack time.
+    t.net.run_for(Duration::from_micros(100));
+    let (_, notes) = drain_a(&mut t);
+    assert_eq!(
+        notes,
+        vec![RdmaNotify {
+            user_token: 3,
+            status: RDS_RDMA_SUCCESS
+        }],
+        "reported when the message's SEND completed (the kernel's approach 3)"
+    );
+    assert_eq!(
+        t.net.engine(0).stats().send_drop_acked,
+        acked,
+        "not acked yet"
+    );
+    // The ack comes later and reports nothing again.
+    t.net.run_for(Duration::from_millis(10));
+    assert!(t.net.engine(0).stats().send_drop_acked > acked);
+    assert!(
+        drain_a(&mut t).1.is_empty(),
+        "one notification per operation"
+    );
 }

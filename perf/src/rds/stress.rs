@@ -631,6 +631,9 @@ impl StressArgs {
                                 )));
                             }
                             inflight = inflight.saturating_sub(1);
+                            // One way by RDMA, the notifications count the requests done
+                            // (so a two-process run measures it too).
+                            rx += 1;
                         }
                         Ok(Received::Data { len, .. }) if len >= REQ_HDR => {
                             rx += 1;
@@ -724,7 +727,7 @@ impl StressArgs {
             }
             n.flush(now);
             // Warm-up ends once the first answer came back (the connection is up).
-            let answered = if self.one_way {
+            let answered = if self.passive_counts() {
                 // Relaxed: a statistic.
                 shared.passive_rx.load(Ordering::Relaxed) > 0
             } else {
@@ -763,7 +766,11 @@ impl StressArgs {
             if total >= secs * 1_000_000_000 {
                 let s = total as f64 / 1e9;
                 let prx = shared.passive_rx.load(Ordering::Relaxed);
-                let done = if self.one_way { prx - prx0 } else { rx - rx0 };
+                let done = if self.passive_counts() {
+                    prx - prx0
+                } else {
+                    rx - rx0
+                };
                 let rate = done as f64 / s;
                 let rtt = (!self.one_way)
                     .then(|| PercentileSeries::from_histogram("round trip", &hist, 1.0))
@@ -783,6 +790,12 @@ impl StressArgs {
         }
     }
 
+    /// Whether the passive side's count is the rate (one way without RDMA: nothing comes
+    /// back to the active side; one way by RDMA, the notifications do).
+    fn passive_counts(&self) -> bool {
+        self.one_way && !self.rdma
+    }
+
     /// One per-second row from two counter snapshots
     /// (time, tx, rx, passive rx, send ns, sends, rtt sum).
     fn row(
@@ -792,7 +805,7 @@ impl StressArgs {
     ) -> SecRow {
         let s = b.0.nanos_since(a.0).max(1) as f64 / 1e9;
         let tx = (b.1 - a.1) as f64;
-        let rx = if self.one_way {
+        let rx = if self.passive_counts() {
             (b.3 - a.3) as f64
         } else {
             (b.2 - a.2) as f64

@@ -19,7 +19,7 @@ use crate::addr::Addr;
 use crate::path::{ConnState, Path, PathCmd, PathCtx, PathId, PeerParams, RxRefused, TxFrame};
 use crate::rng::Rng;
 use crate::stats::Stats;
-use crate::store::{FragPool, Lane, List, Msg, Store};
+use crate::store::{FragPool, Lane, List, Msg, RdmaOp, Store};
 use crate::uapi::{RDS_RDMA_DROPPED, RDS_RDMA_SUCCESS};
 use crate::wire::CongMap;
 use crate::wire::ib::{self, IbConnPrivRepr, IbVersion, IncompatibleVersion, SUPPORTED_MINOR_MASK};
@@ -135,6 +135,8 @@ pub struct RdsEngine {
     pub(crate) events: VecDeque<u32>,
     /// Memory regions for RDMA, once a transport plugged in its window.
     pub(crate) mr: Option<MrTable>,
+    /// RDMA operations reported done by a path, being notified (kept: no allocation).
+    rdma_done: Vec<(u32, RdmaOp)>,
 }
 
 /// Why an engine could not be made.
@@ -205,6 +207,7 @@ impl RdsEngine {
             in_cmd: vec![false; slots],
             events: VecDeque::with_capacity(cfg.max_sockets as usize),
             mr: None,
+            rdma_done: Vec::new(),
             store,
             stats: Stats::default(),
             rng,
@@ -360,6 +363,16 @@ impl RdsEngine {
     pub(crate) fn after_path(&mut self, now: Instant, id: PathId) {
         loop {
             let p = &mut self.conns[id.conn as usize].paths[id.index as usize];
+            p.take_rdma_done(&mut self.rdma_done);
+            if !self.rdma_done.is_empty() {
+                let mut done = core::mem::take(&mut self.rdma_done);
+                for &(sidx, op) in &done {
+                    self.rdma_notify(sidx, &op, RDS_RDMA_SUCCESS);
+                }
+                done.clear();
+                self.rdma_done = done;
+            }
+            let p = &mut self.conns[id.conn as usize].paths[id.index as usize];
             let (rx, rel, dropped, ev) = (
                 p.take_received(),
                 p.take_released(),
@@ -432,16 +445,13 @@ impl RdsEngine {
                 if s.snd_bytes == 0 {
                     self.stats.send_queue_empty += 1;
                 }
-                // rds_rdma_send_complete: the operation's outcome, to the sender.
-                if let Some(op) = self.store.msgs.get(id).rdma {
+                // rds_rdma_send_complete: the operation's outcome, to the sender, unless
+                // its completion reported it already.
+                if let Some(op) = self.store.msgs.get(id).rdma
+                    && !op.done
+                {
                     let st = op.failed.unwrap_or(status.unwrap_or(RDS_RDMA_SUCCESS));
-                    if op.notify || (op.recverr && st != RDS_RDMA_SUCCESS) {
-                        s.notify.push_back(RdmaNotify {
-                            user_token: op.user_token,
-                            status: st,
-                        });
-                        self.notify_sock(sidx);
-                    }
+                    self.rdma_notify(sidx, &op, st);
                 }
                 let s = &mut self.socks.slots[sidx as usize];
                 let now_ready = s.base_ready();
@@ -452,6 +462,23 @@ impl RdsEngine {
             }
             self.store.release_if_unused(id);
         }
+    }
+
+    /// Queues `RDS_CMSG_RDMA_STATUS` for an operation of socket slot `sidx` if it asked
+    /// (`RDS_RDMA_NOTIFY_ME`) or failed on a socket with `RDS_RECVERR`.
+    fn rdma_notify(&mut self, sidx: u32, op: &RdmaOp, status: i32) {
+        if !(op.notify || (op.recverr && status != RDS_RDMA_SUCCESS)) {
+            return;
+        }
+        let s = &mut self.socks.slots[sidx as usize];
+        if !s.live {
+            return;
+        }
+        s.notify.push_back(RdmaNotify {
+            user_token: op.user_token,
+            status,
+        });
+        self.notify_sock(sidx);
     }
 
     /// Queues a readiness event for a socket (once until taken).

@@ -314,6 +314,7 @@ impl RdsEngine {
                         recverr,
                         user_token,
                         failed: None,
+                        done: false,
                     });
                 }
                 SendCmsg::Atomic(_) => {

@@ -299,6 +299,7 @@ impl RdsEngine {
             // (a closing socket gets no notifications).
             if let Some(op) = self.store.msgs.get(mid).rdma
                 && dest.is_some()
+                && !op.done
                 && (op.notify || op.recverr)
             {
                 s.notify.push_back(crate::engine::RdmaNotify {

@@ -354,6 +354,19 @@ impl Path {
             if let Some(id) = f.msg {
                 let m = ctx.store.msgs.get_mut(id);
                 m.in_flight = m.in_flight.saturating_sub(1);
+                // All frames out and completed: the RDMA operation posted before the
+                // first one completed too (rds_ib_send_unmap_rdma, the kernel's approach 3).
+                if m.in_flight == 0
+                    && !m.has(Msg::IN_XMIT)
+                    && m.has(Msg::ON_SOCK)
+                    && let Some(op) = m.rdma.as_mut()
+                    && !op.done
+                    && op.failed.is_none()
+                {
+                    op.done = true;
+                    let op = *op;
+                    self.rdma_done.push((m.sock, op));
+                }
                 ctx.store.release_if_unused(id);
             }
         }

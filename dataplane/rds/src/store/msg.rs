@@ -70,6 +70,10 @@ pub struct RdmaOp {
     pub user_token: u64,
     /// The failure the transport reported (`RDS_RDMA_REMOTE_ERROR`, ...), if any.
     pub failed: Option<i32>,
+    /// Reported done: every frame of the message completed, so the operation posted
+    /// before them did (a reliable connection completes in order); the outcome was
+    /// reported then, not again on ack or reset.
+    pub done: bool,
 }
 
 /// One message.
