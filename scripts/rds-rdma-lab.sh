@@ -29,6 +29,11 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 perf="$here/target/release/dp-perf"
 [ -x "$perf" ] || { echo "rds-rdma-lab: $perf missing: build it on the host first (--features verbs)" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "rds-rdma-lab: run it inside the lab VM (root)" >&2; exit 2; }
+# The kernel's RDS-IB (rds_rdma) listens on RDMA CM 0.0.0.0:18634, where our nodes listen: unload it.
+modprobe -r rds_rdma 2>/dev/null
+if lsmod | grep -q '^rds_rdma'; then
+  echo "rds-rdma-lab: rds_rdma is loaded and holds RDMA CM port 18634; unload it first" >&2; exit 2
+fi
 bash "$here/scripts/kernel-lab/rxe-wire.sh" 1 || { echo "rds-rdma-lab: rxe-wire.sh failed" >&2; exit 2; }
 
 secs=3; [ $quick = 1 ] && secs=1
