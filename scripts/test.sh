@@ -38,7 +38,7 @@ echo "== unit tests in debug (wire codecs, state machines, shm control messages,
 cargo test -p dp-rtrs --test rtrs_setup --test rtrs_io --test rtrs_hostile -- --test-threads=2
 cargo test -p dp-wire -p dp-rsocket -p dp-rds -p dp-rtrs -p dp-shm -p mempool --lib -- --test-threads=2
 cargo test -p dp-rsocket --test rsocket_sim -- --test-threads=2
-cargo test -p dp-rds --test rds_protocol --test rds_hostile --test rds_reliability --test rds_socket -- --test-threads=2
+cargo test -p dp-rds --test rds_protocol --test rds_hostile --test rds_reliability --test rds_socket --test rds_rdma_rules -- --test-threads=2
 
 took
 # The C API tests of the drop-in librdmacm.so.1 (built above in release) under memcheck.

@@ -9,15 +9,28 @@
 //! stops, neither engine is wedged: a bystander node C reaches B, and A reaches C. (A-B
 //! itself may stay lossy: frames forged into A's own sequence space can make A's later
 //! retransmissions look old, as in the kernel; only A, whose connection it is, pays.)
+//!
+//! RDMA: A and B have RDMA key tables ([`Keys`], as the fabric transport's window would
+//! plug in). B's application registers and frees regions (some use-once), A's sends RDMA
+//! operations with B's cookies or made-up ones, A's transport reports failed operations by
+//! any token, and forged frames may carry `RDS_EXTHDR_RDMA` naming any key. Checked too:
+//! the engine deregisters only live keys it registered, never one twice, and its count of
+//! regions is the key table's.
 
 use std::net::{IpAddr, SocketAddr};
 
+use std::sync::{Arc, Mutex};
+
 use arbitrary::Arbitrary;
+use dp_rds::engine::{RdmaMemory, Registered};
 use dp_rds::path::PathId;
 use dp_rds::sim::{SimConfig, SimNet};
 use dp_rds::store::FragConfig;
+use dp_rds::uapi::{
+    RDS_RDMA_NOTIFY_ME, RDS_RDMA_READWRITE, RDS_RDMA_REMOTE_ERROR, RDS_RDMA_USE_ONCE,
+};
 use dp_rds::wire::{Flags, HeaderRepr};
-use dp_rds::{RdsConfig, SendFlags, TransportSpec};
+use dp_rds::{RdsConfig, RdsError, SendCmsg, SendFlags, TransportKind, TransportSpec};
 use mempool::memory::HugePolicy;
 
 /// One fuzz input.
@@ -61,6 +74,62 @@ enum Op {
     Reset,
     /// The connection dies (seen from B's end).
     ResetB,
+    /// B's application registers a region (`RDS_GET_MR`).
+    GetMr { off: u16, len: u16, flags: u8 },
+    /// B's application frees one of its cookies, or a made-up one (`RDS_FREE_MR`).
+    FreeMr(u8),
+    /// A's application sends an RDMA WRITE/READ with one of B's cookies or a made-up one.
+    SendRdma {
+        pick: u8,
+        port: u8,
+        write: bool,
+        len: u16,
+    },
+    /// A's transport reports the RDMA operation before frame `token` failed.
+    RdmaFailed(u8),
+}
+
+/// Where the key tables pretend the windows are (nothing is read or written there).
+const WIN: u64 = 0x10_0000_0000;
+const WIN_LEN: u64 = 1 << 20;
+
+/// A key table that checks the engine's use of it: only live keys are deregistered.
+#[derive(Clone, Default)]
+struct Keys(Arc<Mutex<(Vec<u32>, u32)>>);
+
+impl Keys {
+    fn live(&self) -> usize {
+        self.0.lock().unwrap().0.len()
+    }
+}
+
+impl RdmaMemory for Keys {
+    fn register(&mut self, addr: u64, bytes: u64, _w: bool) -> Result<Registered, RdsError> {
+        if addr < WIN || addr + bytes > WIN + WIN_LEN {
+            return Err(RdsError::Fault("outside the window"));
+        }
+        let mut g = self.0.lock().unwrap();
+        g.1 += 1;
+        let k = g.1;
+        g.0.push(k);
+        Ok(Registered {
+            rkey: k,
+            offset: (addr - WIN) as u32,
+        })
+    }
+    fn deregister(&mut self, rkey: u32) {
+        let mut g = self.0.lock().unwrap();
+        let before = g.0.len();
+        g.0.retain(|&k| k != rkey);
+        assert_eq!(
+            g.0.len() + 1,
+            before,
+            "deregistered a key that is not live: {rkey}"
+        );
+    }
+    fn window(&self) -> (u64, u64) {
+        (WIN, WIN_LEN)
+    }
 }
 
 const P0: PathId = PathId { conn: 0, index: 0 };
@@ -102,8 +171,17 @@ pub fn run(input: &Input) {
     net.add_node(cfg("fz-a", 1, t), &["10.0.0.1".parse().unwrap()]);
     net.add_node(cfg("fz-b", 2, t), &["10.0.0.2".parse().unwrap()]);
     net.add_node(cfg("fz-c", 3, t), &["10.0.0.3".parse().unwrap()]);
+    let keys = [Keys::default(), Keys::default()];
+    if !input.stream {
+        for (n, k) in keys.iter().enumerate() {
+            net.engine(n)
+                .set_rdma_memory(TransportKind::Ib, Box::new(k.clone()))
+                .unwrap();
+        }
+    }
     let (a, _) = net.socket(0, addr("10.0.0.1", 4000));
     let (b, _) = net.socket(1, addr("10.0.0.2", 4001));
+    let mut cookies: Vec<u64> = Vec::new();
     let _ = net.send_blocking(0, a, addr("10.0.0.2", 4001), b"hi", 10_000);
     for _ in 0..2000 {
         if !net.step() || net.recv(1, b).is_some() {
@@ -168,6 +246,61 @@ pub fn run(input: &Input) {
             Op::ResetB => {
                 net.reset_link(1, P0);
             }
+            Op::GetMr { off, len, flags } => {
+                let f = u64::from(*flags) & (RDS_RDMA_READWRITE | RDS_RDMA_USE_ONCE);
+                let a = WIN + u64::from(*off) * 16;
+                if let Ok(c) = net.engine(1).get_mr(b, a, u64::from(*len), f) {
+                    cookies.push(c);
+                }
+            }
+            Op::FreeMr(pick) => {
+                let c = cookies
+                    .get(usize::from(*pick))
+                    .copied()
+                    .unwrap_or(u64::from(*pick));
+                let _ = net.engine(1).free_mr(b, c, 0);
+            }
+            Op::SendRdma {
+                pick,
+                port,
+                write,
+                len,
+            } => {
+                let c = cookies
+                    .get(usize::from(*pick))
+                    .copied()
+                    .unwrap_or(u64::from(*pick) << 8);
+                let n = u64::from(*len).max(1);
+                let args = SendCmsg::RdmaArgs {
+                    cookie: c,
+                    remote_addr: 0,
+                    remote_bytes: n,
+                    nr_local: 1,
+                    local_addr: WIN,
+                    local_bytes: n,
+                    flags: RDS_RDMA_NOTIFY_ME | if *write { RDS_RDMA_READWRITE } else { 0 },
+                    user_token: u64::from(*pick),
+                };
+                let _ = net.engine(0).send_msg(
+                    now,
+                    a,
+                    Some(addr("10.0.0.2", 4000 + u16::from(*port % 4))),
+                    b"rdma",
+                    &[args],
+                    SendFlags::DONTWAIT,
+                );
+            }
+            Op::RdmaFailed(token) => {
+                net.engine(0)
+                    .handle_rdma_failed(now, P0, u64::from(*token), RDS_RDMA_REMOTE_ERROR);
+            }
+        }
+        for (n, k) in keys.iter().enumerate() {
+            assert_eq!(
+                net.engine(n).mr_count(),
+                k.live(),
+                "the engine's regions are the key table's"
+            );
         }
         let s = net.engine(1).stats();
         let kinds = s.recv_drop_truncated
@@ -207,4 +340,69 @@ pub fn run(input: &Input) {
         to_b && to_c,
         "after the attack B and A still talk to a bystander"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The RDMA operations reach the engine and its checks: registrations, frees, an RDMA
+    /// send with a real cookie and a made-up one, a failure report, and a forged
+    /// `RDS_EXTHDR_RDMA` naming B's first key (use-once) on a frame to B's socket.
+    #[test]
+    fn rdma_ops_reach_the_checks() {
+        let mut ext = [0u8; 16];
+        ext[0] = 2; // RDS_EXTHDR_RDMA
+        ext[1..5].copy_from_slice(&1u32.to_be_bytes());
+        let input = Input {
+            stream: false,
+            credits: true,
+            ops: vec![
+                Op::GetMr {
+                    off: 0,
+                    len: 4096,
+                    flags: (RDS_RDMA_READWRITE | RDS_RDMA_USE_ONCE) as u8,
+                },
+                Op::GetMr {
+                    off: 512,
+                    len: 100,
+                    flags: 0,
+                },
+                Op::FreeMr(1),
+                Op::FreeMr(1),
+                Op::SendRdma {
+                    pick: 0,
+                    port: 1,
+                    write: true,
+                    len: 64,
+                },
+                Op::SendRdma {
+                    pick: 9,
+                    port: 1,
+                    write: false,
+                    len: 64,
+                },
+                Op::RdmaFailed(3),
+                Op::Steps(50),
+                Op::Frame {
+                    h: Hdr {
+                        seq: 200,
+                        ack: 0,
+                        len: 0,
+                        big_len: false,
+                        sport: 0,
+                        dport: 1,
+                        flags: 0,
+                        credit: 0,
+                        ext,
+                        csum: false,
+                    },
+                    payload: 0,
+                },
+                Op::Steps(50),
+                Op::Recv,
+            ],
+        };
+        run(&input);
+    }
 }

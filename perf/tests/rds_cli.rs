@@ -210,3 +210,58 @@ fn bad_rds_check_options_are_refused_with_a_reason() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("give 1 or 8"));
 }
+
+#[test]
+fn rds_stress_rdma_moves_the_payload_by_rdma_and_keeps_the_object() {
+    let v = one_object(
+        &[
+            "rds-stress",
+            "--pair",
+            "-q",
+            "64K",
+            "-o",
+            "-d",
+            "4",
+            "--rdma",
+            "--json",
+            "--quick",
+        ],
+        "rds_stress",
+        &["msgs_per_sec", "gbps", "tasks", "req_size", "sockets"],
+    );
+    let rate = v["msgs_per_sec"].as_f64().unwrap();
+    let gbps = v["gbps"].as_f64().unwrap();
+    assert!(
+        rate > 0.0 && (gbps - rate * 65536.0 * 8.0 / 1e9).abs() < 1e-9,
+        "gbps counts the RDMA payload: {v}"
+    );
+    // The counters show the payload went by RDMA, and the messages stayed small.
+    let out = ok_stdout(&[
+        "rds-stress",
+        "--pair",
+        "-q",
+        "64K",
+        "-a",
+        "16",
+        "-d",
+        "4",
+        "--rdma",
+        "--quick",
+    ]);
+    let count = |name: &str| -> u64 {
+        out.lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|x| x.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {out}"))
+    };
+    let (ops, bytes) = (count("fabric_rdma_ops"), count("fabric_rdma_bytes"));
+    assert!(ops > 0 && bytes == ops * 65536, "{ops} ops, {bytes} bytes");
+    assert!(
+        count("copy_from_user") < ops * 64,
+        "the request messages carry 16 bytes, not the payload"
+    );
+    let out = dp_perf(&["rds-stress", "--pair", "--rdma", "--transport", "tcp"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("RDS-TCP has no RDMA"));
+}

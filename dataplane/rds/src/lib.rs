@@ -144,16 +144,34 @@
 //! // on threads: BlockingNode::spawn(node, PollMode::hybrid_default(), "rds")?
 //! ```
 //!
+//! # RDMA
+//!
+//! On the fabric transport, once it has an RDMA window
+//! ([`FabricTransport::expose_window`](fabric::FabricTransport::expose_window): a mempool
+//! region the application takes its RDMA buffers from): `RDS_GET_MR` /
+//! `RDS_GET_MR_FOR_DEST` / `RDS_FREE_MR` ([`RdsEngine::get_mr`], [`RdsEngine::free_mr`],
+//! and the raw option forms), `RDS_CMSG_RDMA_DEST` / `_MAP`, and `RDS_CMSG_RDMA_ARGS` READ
+//! and WRITE with `NOTIFY_ME`,
+//! `FENCE`, `USE_ONCE` and `RDS_RECVERR`, notified as [`Received::RdmaStatus`]
+//! (`SUCCESS`, `REMOTE_ERROR`, `CANCELED`, `DROPPED`, `OTHER_ERROR`). Where this differs
+//! from Linux: memory must lie in the window (`EFAULT` otherwise, as an unpinnable range in
+//! Linux), an operation takes one local range (`nr_local` 1), the cookie's offset is an
+//! offset in the owner's window (its base travels in the connection's private data; IPv6
+//! has no room for it in the RDMA CM's 56 bytes, so RDMA between our nodes is IPv4), a
+//! region is read-only to peers unless registered with `RDS_RDMA_READWRITE`, and a
+//! `SILENT` operation still sends its header. As in Linux, an operation is reported when
+//! its message's SENDs complete (it completed before them), once; one that never got there
+//! is reported `DROPPED` on a reset or `CANCELED` by `RDS_CANCEL_SENT_TO`. `RDS_CMSG_RDMA_DEST` and `RDS_CMSG_RDMA_MAP`
+//! offer a region to the receiver (`RDS_EXTHDR_RDMA_DEST`, delivered as
+//! [`Received::Data`]'s `rdma_dest`). Not here: atomics (the dp-fabric providers have
+//! none: `EOPNOTSUPP`), and a kernel RDS-IB peer's RDMA into our memory (its addresses are
+//! zero-based, ours virtual). RDS-TCP has no RDMA, as in Linux.
+//!
 //! # Not done yet
 //!
-//! RDMA (`RDS_GET_MR`, `RDS_CMSG_RDMA_ARGS`/`_DEST`/`_MAP`, atomics): the control messages
-//! are typed and checked ([`SendCmsg`]), notifications are queued and delivered
-//! ([`Received::RdmaStatus`]), messages carry an `RDMA` bit that stops their retransmission,
-//! and a transport declares `rdma` in its [`TransportSpec`]; the fabric transport does not
-//! declare it yet (it still needs the memory registration and the READ/WRITE work
-//! requests), so RDMA control messages fail with `EOPNOTSUPP` as on RDS-TCP. The RDS-TCP
-//! transport ([`tcp`]) is proven single-path and, between our own nodes, multipath; its
-//! multipath (mprds) against the kernel's RDS is not proven in the lab yet (see [`tcp`]).
+//! The RDS-TCP transport ([`tcp`]) is proven single-path and, between our own nodes,
+//! multipath; its multipath (mprds) against the kernel's RDS is not proven in the lab yet
+//! (see [`tcp`]).
 #![deny(unsafe_code)]
 
 pub mod addr;

@@ -175,6 +175,12 @@ counters! {
     send_retransmitted,
     /// Peer generation changes seen (the peer restarted).
     peer_gen_changed,
+    /// RDMA operations the transport reported failed (their notification carries it).
+    send_rdma_failed,
+    /// Use-once memory regions freed by the peer's RDMA extension header.
+    rdma_use_once_freed,
+    /// RDMA extension headers naming a key the receiving socket does not own (ignored).
+    rdma_unuse_unknown_key,
 }
 
 #[cfg(test)]

@@ -71,6 +71,31 @@ pub const RDS_CMSG_ZCOPY_COOKIE: i32 = 12;
 /// `RDS_CMSG_ZCOPY_COMPLETION`.
 pub const RDS_CMSG_ZCOPY_COMPLETION: i32 = 13;
 
+/// `RDS_RDMA_READWRITE`: on `RDS_GET_MR`, the peer may write the region (else only read
+/// it); on `RDS_CMSG_RDMA_ARGS`, the operation is an RDMA WRITE (else a READ).
+pub const RDS_RDMA_READWRITE: u64 = 0x0001;
+/// `RDS_RDMA_FENCE`: the SEND after the RDMA operation waits for it.
+pub const RDS_RDMA_FENCE: u64 = 0x0002;
+/// `RDS_RDMA_INVALIDATE`: invalidate the region's key when it is freed.
+pub const RDS_RDMA_INVALIDATE: u64 = 0x0004;
+/// `RDS_RDMA_USE_ONCE`: the region is freed when the peer's RDMA extension header for it
+/// arrives.
+pub const RDS_RDMA_USE_ONCE: u64 = 0x0008;
+/// `RDS_RDMA_DONTWAIT`.
+pub const RDS_RDMA_DONTWAIT: u64 = 0x0010;
+/// `RDS_RDMA_NOTIFY_ME`: queue an `RDS_CMSG_RDMA_STATUS` when the operation completes.
+pub const RDS_RDMA_NOTIFY_ME: u64 = 0x0020;
+/// `RDS_RDMA_SILENT`: no notification at the receiver.
+pub const RDS_RDMA_SILENT: u64 = 0x0040;
+/// `UIO_MAXIOV`: the most local ranges of one RDMA operation (`nr_local`).
+pub const UIO_MAXIOV: u64 = 1024;
+/// `sizeof(struct rds_get_mr_args)`: `RDS_GET_MR`'s exact option length.
+pub const GET_MR_ARGS_LEN: usize = 32;
+/// `sizeof(struct rds_get_mr_for_dest_args)`: the args plus a `sockaddr_storage` (128).
+pub const GET_MR_FOR_DEST_ARGS_LEN: usize = 160;
+/// `sizeof(struct rds_free_mr_args)`: `RDS_FREE_MR`'s exact option length.
+pub const FREE_MR_ARGS_LEN: usize = 16;
+
 /// `RDS_RDMA_SUCCESS`.
 pub const RDS_RDMA_SUCCESS: i32 = 0;
 /// `RDS_RDMA_REMOTE_ERROR`.

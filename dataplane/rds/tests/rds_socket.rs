@@ -194,6 +194,8 @@ fn test_sendmsg_checks_in_linux_order() {
         remote_addr: 0,
         remote_bytes: 2 << 20,
         nr_local: 1,
+        local_addr: 0,
+        local_bytes: 1,
         flags: 0,
         user_token: 0,
     };
@@ -598,4 +600,44 @@ fn test_congestion_hysteresis_congested_above_rcvbuf_clear_below_half() {
         2,
         "one update per change"
     );
+}
+
+#[test]
+fn test_get_mr_on_tcp_is_eopnotsupp_lengths_first() {
+    let mut cfg = engine_cfg("rds-mr-tcp", 6, ib());
+    cfg.transports.push(dp_rds::TransportSpec::tcp());
+    let mut e = RdsEngine::new(cfg).unwrap();
+    e.add_local_addr(ip(A));
+    let s = e.socket().unwrap();
+    e.set_transport(T, s, RDS_TRANS_TCP).unwrap();
+    e.bind(s, sa(A, 9)).unwrap();
+    assert_eq!(
+        errno(e.get_mr(s, 4096, 4096, RDS_RDMA_READWRITE)),
+        95,
+        "RDS-TCP has no RDMA"
+    );
+    assert_eq!(
+        errno(e.setsockopt_raw(T, s, SOL_RDS, RDS_GET_MR, &[0; 32])),
+        95
+    );
+    assert_eq!(
+        errno(e.setsockopt_raw(T, s, SOL_RDS, RDS_GET_MR, &[0; 31])),
+        22,
+        "the length is checked first, as in Linux"
+    );
+    assert_eq!(
+        errno(e.setsockopt_raw(T, s, SOL_RDS, RDS_GET_MR_FOR_DEST, &[0; 32])),
+        22,
+        "GET_MR_FOR_DEST takes 160 bytes"
+    );
+    assert_eq!(
+        errno(e.setsockopt_raw(T, s, SOL_RDS, RDS_FREE_MR, &[0; 16])),
+        22,
+        "cookie 0 on a transport without MRs: EINVAL"
+    );
+    assert_eq!(
+        errno(e.setsockopt_raw(T, s, SOL_RDS, RDS_FREE_MR, &[0; 8])),
+        22
+    );
+    assert_eq!(e.mr_count(), 0);
 }

@@ -22,6 +22,7 @@
 //! dp-perf rds-stress --pair -q 64 -o -d 256 -T 10 --json            # >= 10 M msgs/s
 //! dp-perf send-bw --pair -s 112 --json                              # the provider's SEND rate
 //! dp-perf rds-stress --pair -q 1M -o -d 16 -T 10 --json             # >= 0.5 x ...
+//! dp-perf rds-stress --pair -q 1M -o -d 16 -T 10 --rdma --json      # (payload by RDMA)
 //! dp-perf write-bw --pair -s 1048576 --json                         # ... shm write-bw
 //! dp-perf rds-stress --pair -q 64 -a 16 -d 256 -T 10 --sockets 1 --json
 //! dp-perf rds-stress --pair -q 64 -a 16 -d 256 -T 10 --sockets 1024 --json  # >= 0.8 x
@@ -29,6 +30,7 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use clap::Args;
 use dataplane::fabric::Provider;
@@ -38,6 +40,7 @@ use dataplane::rds::node::RdsNode;
 use dataplane::rds::path::PathConfig;
 use dataplane::rds::tcp::{RDS_TCP_PORT, TcpConfig, TcpTransport};
 use dataplane::rds::{RdsConfig, RdsEngine, TransportKind, TransportSpec};
+use mempool::memory::Region;
 
 use crate::PerfError;
 use crate::harness::ProviderKind;
@@ -49,6 +52,7 @@ mod kernel;
 mod ksock;
 pub mod pattern;
 pub mod ping;
+mod rdma;
 pub mod stress;
 
 /// The passive side's address in `--pair` runs.
@@ -211,6 +215,20 @@ pub(crate) fn node(
     frags: u32,
     max_sockets: u32,
 ) -> Result<RdsNode, PerfError> {
+    node_with_window(fab, dir, addr, seed, frags, max_sockets, None)
+}
+
+/// [`node`], and with `window` the fabric transport gets it as its RDMA window
+/// (`RDS_GET_MR` and the local side of RDMA operations).
+pub(crate) fn node_with_window(
+    fab: &RdsFabric,
+    dir: Option<&Path>,
+    addr: IpAddr,
+    seed: u64,
+    frags: u32,
+    max_sockets: u32,
+    window: Option<Arc<Region>>,
+) -> Result<RdsNode, PerfError> {
     let fail = |e: String| PerfError::Fabric(e);
     let tcp = fab.transport == RdsTransport::Tcp;
     let mut cfg = RdsConfig {
@@ -249,24 +267,26 @@ pub(crate) fn node(
                 ..ShmConfig::default()
             })
             .map_err(|e| fail(format!("shm device: {e}")))?;
-            attach::<Shm>(fab, engine, dev)
+            attach::<Shm>(fab, engine, dev, window)
         }
         #[cfg(feature = "verbs")]
         ProviderKind::Verbs => attach::<dataplane::fabric::verbs::Verbs>(
             fab,
             engine,
             open_verbs(fab.device.as_deref())?,
+            window,
         ),
         #[cfg(not(feature = "verbs"))]
         ProviderKind::Verbs => match open_verbs(fab.device.as_deref())? {},
     }
 }
 
-/// The node of `engine` with the fabric transport on `dev`.
+/// The node of `engine` with the fabric transport on `dev` (and its RDMA window).
 fn attach<P: Provider>(
     fab: &RdsFabric,
-    engine: RdsEngine,
+    mut engine: RdsEngine,
     dev: P::Device,
+    window: Option<Arc<Region>>,
 ) -> Result<RdsNode, PerfError> {
     let fail = |e: String| PerfError::Fabric(e);
     let fcfg = FabricConfig {
@@ -275,7 +295,11 @@ fn attach<P: Provider>(
         recv_depth: 1024,
         ..FabricConfig::default()
     };
-    let t = FabricTransport::<P>::new(dev, &engine, fcfg).map_err(|e| fail(e.to_string()))?;
+    let mut t = FabricTransport::<P>::new(dev, &engine, fcfg).map_err(|e| fail(e.to_string()))?;
+    if let Some(w) = window {
+        t.expose_window(&mut engine, w)
+            .map_err(|e| fail(e.to_string()))?;
+    }
     let mut n = RdsNode::new(engine);
     n.add_transport(Box::new(t))
         .map_err(|e| fail(e.to_string()))?;

@@ -10,6 +10,9 @@
 //! with one socket or thousands. As in rds-stress, the socket buffers come to
 //! `tasks × depth × (request + ack) × 2` bytes (split over the `--sockets`, each holding at
 //! least one request), so `-d` also bounds what a one-way sender keeps queued.
+//!
+//! `--rdma` (rds-stress's `-D`): the payload moves by RDMA WRITE and the request message
+//! (16 bytes) notifies the passive side; see the `rdma` module.
 
 use std::collections::HashMap;
 use std::io;
@@ -20,16 +23,18 @@ use std::time::Duration;
 
 use clap::Args;
 use dataplane::rds::node::RdsNode;
-use dataplane::rds::{RdsError, RdsSocket, Received, RecvFlags, SendFlags};
+use dataplane::rds::uapi::{RDS_RDMA_NOTIFY_ME, RDS_RDMA_SUCCESS};
+use dataplane::rds::{RdsError, RdsSocket, Received, RecvFlags, SendCmsg, SendFlags};
 use dp_plot::{Figure, PercentileSeries, SweepPoint, SweepSeries};
 use hdrhistogram::Histogram;
 use lcore::time::{Clock, Instant, RealClock};
 use serde_json::json;
 
 use super::kernel::{self, KernelLoad, Phase};
+use super::rdma::{self, HELLO};
 use super::{
-    PAIR_ACTIVE_TCP, PAIR_PASSIVE_TCP, RdsFabric, RdsTransport, all_counters, node, rendezvous,
-    set_buffers,
+    PAIR_ACTIVE_TCP, PAIR_PASSIVE_TCP, RdsFabric, RdsTransport, all_counters, node_with_window,
+    rendezvous, set_buffers,
 };
 use crate::common::Common;
 use crate::harness::{run_on, run_pair};
@@ -75,6 +80,14 @@ pub struct StressArgs {
     /// One way: requests only, no acks; the rate is what the passive side received.
     #[arg(short = 'o')]
     pub one_way: bool,
+    /// RDMA mode (rds-stress -D): each request's -q payload moves by RDMA WRITE into a
+    /// region the passive side registered for the socket (its cookie comes back in an
+    /// RDS_CMSG_RDMA_DEST answer to a hello), and the request message, 16 bytes, carries
+    /// the notification. gbps counts the RDMA payload. One way (-o), -d bounds the
+    /// operations in flight (each is notified, RDS_RDMA_NOTIFY_ME). The fabric transport
+    /// only (RDS-TCP has no RDMA).
+    #[arg(long)]
+    pub rdma: bool,
     /// Sockets per side on the one lcore the load is spread over (default: --tasks).
     #[arg(long)]
     pub sockets: Option<u32>,
@@ -200,6 +213,14 @@ impl StressArgs {
                 "-p {} with {sockets} sockets runs past port 65535",
                 self.port
             ));
+        }
+        if self.rdma && (self.kernel || self.fabric.transport == RdsTransport::Tcp) {
+            return usage(
+                "--rdma needs the fabric transport (RDS-TCP has no RDMA, as in Linux)".into(),
+            );
+        }
+        if self.rdma && self.req == 0 {
+            return usage("--rdma moves -q bytes per request: give -q of at least 1".into());
         }
         if self.seconds == 0 {
             return usage(
@@ -391,9 +412,27 @@ impl StressArgs {
     ) -> Result<PassiveResult, PerfError> {
         let clock = RealClock::new();
         let frags = frags_for(self.req.max(self.ack), self.tasks * self.depth);
-        let mut n = node(&self.fabric, dir, addr, 2, frags, sockets)?;
+        let win = self
+            .rdma
+            .then(|| {
+                rdma::window(
+                    &format!("dp-perf-rdma-{addr}"),
+                    sockets as usize,
+                    self.req,
+                    0,
+                )
+            })
+            .transpose()?;
+        let mut n = node_with_window(&self.fabric, dir, addr, 2, frags, sockets, win.clone())?;
         let start = clock.now();
         let (socks, index) = self.bind_all(&mut n, start, addr, sockets)?;
+        // --rdma: each socket's region, offered to the active side on its hello.
+        let mut cookies = Vec::new();
+        if let Some(w) = &win {
+            for (k, &s) in socks.iter().enumerate() {
+                cookies.push(rdma::register(&mut n, s, w, k, self.req)?);
+            }
+        }
         let mut ready = Readable::new(sockets as usize);
         let mut buf = vec![0u8; MAX_MSG];
         let mut ack = vec![0u8; self.ack.max(REQ_HDR)];
@@ -453,6 +492,28 @@ impl StressArgs {
                         .recv_from(now, s, &mut buf, RecvFlags::DONTWAIT)
                     {
                         Ok(Received::Data { len, from, .. }) => {
+                            if self.rdma && len >= 8 && buf[..8] == HELLO.to_le_bytes() {
+                                // Offer the socket's region; a hello that finds the send
+                                // buffer full is sent again by the active side.
+                                let cm = [SendCmsg::RdmaDest(cookies[k])];
+                                match n.engine_mut().send_msg(
+                                    now,
+                                    s,
+                                    Some(from),
+                                    &HELLO.to_le_bytes(),
+                                    &cm,
+                                    SendFlags::DONTWAIT,
+                                ) {
+                                    Ok(_) => {}
+                                    Err(e) if blocked(e) => {}
+                                    Err(e) => {
+                                        return Err(PerfError::Fabric(format!(
+                                            "RDMA_DEST answer: {e}"
+                                        )));
+                                    }
+                                }
+                                continue;
+                            }
                             rx += 1;
                             if self.one_way {
                                 continue;
@@ -519,8 +580,17 @@ impl StressArgs {
         let clock = RealClock::new();
         let inflight_max = u64::from(self.tasks * self.depth);
         let frags = frags_for(self.req.max(self.ack), self.tasks * self.depth);
-        let mut n = node(&self.fabric, dir, addr, 1, frags, sockets)?;
+        let win = self
+            .rdma
+            .then(|| rdma::window(&format!("dp-perf-rdma-{addr}"), 1, self.req, 0xa5))
+            .transpose()?;
+        let mut n = node_with_window(&self.fabric, dir, addr, 1, frags, sockets, win.clone())?;
         let t0 = clock.now();
+        // --rdma: the passive side's cookie per socket, asked for with hellos.
+        let mut cookies: Vec<Option<u64>> = vec![None; sockets as usize];
+        let mut missing = if self.rdma { sockets as usize } else { 0 };
+        let mut next_hello = t0;
+        let rdma_flags = if self.one_way { RDS_RDMA_NOTIFY_ME } else { 0 };
         let (socks, index) = self.bind_all(&mut n, t0, addr, sockets)?;
         let dests: Vec<SocketAddr> = (0..sockets)
             .map(|k| SocketAddr::new(peer, self.port + 1 + k as u16))
@@ -551,6 +621,25 @@ impl StressArgs {
                         .engine_mut()
                         .recv_from(now, socks[k], &mut buf, RecvFlags::DONTWAIT)
                     {
+                        Ok(Received::Data {
+                            rdma_dest: Some(c), ..
+                        }) if self.rdma => {
+                            if cookies[k].replace(c).is_none() {
+                                missing -= 1;
+                            }
+                        }
+                        Ok(Received::RdmaStatus(st)) if self.rdma => {
+                            if st.status != RDS_RDMA_SUCCESS {
+                                return Err(PerfError::Fabric(format!(
+                                    "RDMA operation {} failed: RDS_RDMA status {}",
+                                    st.user_token, st.status
+                                )));
+                            }
+                            inflight = inflight.saturating_sub(1);
+                            // One way by RDMA, the notifications count the requests done
+                            // (so a two-process run measures it too).
+                            rx += 1;
+                        }
                         Ok(Received::Data { len, .. }) if len >= REQ_HDR => {
                             rx += 1;
                             inflight = inflight.saturating_sub(1);
@@ -567,22 +656,56 @@ impl StressArgs {
                     }
                 }
             }
-            // Issue requests up to the window (one way: until the sockets push back).
+            if missing > 0 && now >= next_hello {
+                // --rdma: ask each socket's peer for its region (again until answered).
+                next_hello = now.saturating_add(Duration::from_millis(50));
+                for (k, c) in cookies.iter().enumerate() {
+                    if c.is_none() {
+                        let hello = [HELLO.to_le_bytes(), [0; 8]].concat();
+                        match n.engine_mut().send_to(
+                            now,
+                            socks[k],
+                            Some(dests[k]),
+                            &hello,
+                            SendFlags::DONTWAIT,
+                        ) {
+                            Ok(_) => {}
+                            Err(e) if blocked(e) => {}
+                            Err(e) => return Err(PerfError::Fabric(format!("hello: {e}"))),
+                        }
+                    }
+                }
+            }
+            // Issue requests up to the window (one way: until the sockets push back; one
+            // way by RDMA: up to the window of notified operations).
             let t_send = clock.now();
             let mut issued = 0u64;
-            while self.one_way || inflight < inflight_max {
+            while missing == 0 && ((self.one_way && !self.rdma) || inflight < inflight_max) {
                 let k = rr;
+                let mut hdr = [0u8; REQ_HDR];
+                hdr[..8].copy_from_slice(&seq.to_le_bytes());
+                hdr[8..16].copy_from_slice(&t_send.as_nanos().to_le_bytes());
                 if self.req >= REQ_HDR {
-                    req[..8].copy_from_slice(&seq.to_le_bytes());
-                    req[8..16].copy_from_slice(&t_send.as_nanos().to_le_bytes());
+                    req[..REQ_HDR].copy_from_slice(&hdr);
                 }
-                match n.engine_mut().send_to(
-                    t_send,
-                    socks[k],
-                    Some(dests[k]),
-                    &req,
-                    SendFlags::DONTWAIT,
-                ) {
+                let sent = match (&win, cookies[k]) {
+                    (Some(w), Some(c)) => n.engine_mut().send_msg(
+                        t_send,
+                        socks[k],
+                        Some(dests[k]),
+                        &hdr,
+                        &[rdma::write_args(w, self.req, c, seq, rdma_flags)],
+                        SendFlags::DONTWAIT,
+                    ),
+                    _ => n.engine_mut().send_to(
+                        t_send,
+                        socks[k],
+                        Some(dests[k]),
+                        &req,
+                        SendFlags::DONTWAIT,
+                    ),
+                };
+                match sent {
                     Ok(_) => {
                         seq += 1;
                         tx += 1;
@@ -609,7 +732,7 @@ impl StressArgs {
             }
             n.flush(now);
             // Warm-up ends once the first answer came back (the connection is up).
-            let answered = if self.one_way {
+            let answered = if self.passive_counts() {
                 // Relaxed: a statistic.
                 shared.passive_rx.load(Ordering::Relaxed) > 0
             } else {
@@ -648,7 +771,11 @@ impl StressArgs {
             if total >= secs * 1_000_000_000 {
                 let s = total as f64 / 1e9;
                 let prx = shared.passive_rx.load(Ordering::Relaxed);
-                let done = if self.one_way { prx - prx0 } else { rx - rx0 };
+                let done = if self.passive_counts() {
+                    prx - prx0
+                } else {
+                    rx - rx0
+                };
                 let rate = done as f64 / s;
                 let rtt = (!self.one_way)
                     .then(|| PercentileSeries::from_histogram("round trip", &hist, 1.0))
@@ -668,6 +795,12 @@ impl StressArgs {
         }
     }
 
+    /// Whether the passive side's count is the rate (one way without RDMA: nothing comes
+    /// back to the active side; one way by RDMA, the notifications do).
+    fn passive_counts(&self) -> bool {
+        self.one_way && !self.rdma
+    }
+
     /// One per-second row from two counter snapshots
     /// (time, tx, rx, passive rx, send ns, sends, rtt sum).
     fn row(
@@ -677,7 +810,7 @@ impl StressArgs {
     ) -> SecRow {
         let s = b.0.nanos_since(a.0).max(1) as f64 / 1e9;
         let tx = (b.1 - a.1) as f64;
-        let rx = if self.one_way {
+        let rx = if self.passive_counts() {
             (b.3 - a.3) as f64
         } else {
             (b.2 - a.2) as f64

@@ -47,8 +47,9 @@ pub struct TransportSpec {
     /// Multipath (`t_mp_capable`): up to 8 paths per connection, negotiated with probe
     /// pings. Linux makes only TCP multipath.
     pub multipath: bool,
-    /// It can carry RDMA operations (phase 2: the fabric transport). Without, RDMA control
-    /// messages fail with `EOPNOTSUPP`, as on RDS-TCP.
+    /// It can carry RDMA operations: set by [`RdsEngine::set_rdma_memory`](crate::RdsEngine::set_rdma_memory)
+    /// (the fabric transport's window). Without, RDMA control messages fail with
+    /// `EOPNOTSUPP`, as on RDS-TCP.
     pub rdma: bool,
     /// Multipath over TCP with SPORT_IDX (`RDS_EXTHDR_SPORT_IDX`, Linux 2025): our probes
     /// say so, our dialler binds the source port of path `i` to a port `p` with

@@ -13,13 +13,14 @@ use mempool::memory::MemError;
 use super::config::{RdsConfig, TransportKind, TransportSpec};
 use super::cong::{CongTable, MapIdx};
 use super::conn::{Conn, ConnKey};
-use super::socket::{RdsSocket, Ready, SocketTable};
+use super::mr::MrTable;
+use super::socket::{RdmaNotify, RdsSocket, Ready, SocketTable};
 use crate::addr::Addr;
 use crate::path::{ConnState, Path, PathCmd, PathCtx, PathId, PeerParams, RxRefused, TxFrame};
 use crate::rng::Rng;
 use crate::stats::Stats;
-use crate::store::{FragPool, Lane, List, Msg, Store};
-use crate::uapi::RDS_RDMA_DROPPED;
+use crate::store::{FragPool, Lane, List, Msg, RdmaOp, Store};
+use crate::uapi::{RDS_RDMA_DROPPED, RDS_RDMA_SUCCESS};
 use crate::wire::CongMap;
 use crate::wire::ib::{self, IbConnPrivRepr, IbVersion, IncompatibleVersion, SUPPORTED_MINOR_MASK};
 
@@ -132,6 +133,10 @@ pub struct RdsEngine {
     cmd_q: VecDeque<u32>,
     in_cmd: Vec<bool>,
     pub(crate) events: VecDeque<u32>,
+    /// Memory regions for RDMA, once a transport plugged in its window.
+    pub(crate) mr: Option<MrTable>,
+    /// RDMA operations reported done by a path, being notified (kept: no allocation).
+    rdma_done: Vec<(u32, RdmaOp)>,
 }
 
 /// Why an engine could not be made.
@@ -201,6 +206,8 @@ impl RdsEngine {
             cmd_q: VecDeque::with_capacity(slots),
             in_cmd: vec![false; slots],
             events: VecDeque::with_capacity(cfg.max_sockets as usize),
+            mr: None,
+            rdma_done: Vec::new(),
             store,
             stats: Stats::default(),
             rng,
@@ -364,6 +371,16 @@ impl RdsEngine {
     pub(crate) fn after_path(&mut self, now: Instant, id: PathId) {
         loop {
             let p = &mut self.conns[id.conn as usize].paths[id.index as usize];
+            p.take_rdma_done(&mut self.rdma_done);
+            if !self.rdma_done.is_empty() {
+                let mut done = core::mem::take(&mut self.rdma_done);
+                for &(sidx, op) in &done {
+                    self.rdma_notify(sidx, &op, RDS_RDMA_SUCCESS);
+                }
+                done.clear();
+                self.rdma_done = done;
+            }
+            let p = &mut self.conns[id.conn as usize].paths[id.index as usize];
             let (rx, rel, dropped, ev) = (
                 p.take_received(),
                 p.take_released(),
@@ -436,7 +453,15 @@ impl RdsEngine {
                 if s.snd_bytes == 0 {
                     self.stats.send_queue_empty += 1;
                 }
-                let _ = status; // RDMA notifications (RDS_RDMA_SUCCESS / _DROPPED): phase 2.
+                // rds_rdma_send_complete: the operation's outcome, to the sender, unless
+                // its completion reported it already.
+                if let Some(op) = self.store.msgs.get(id).rdma
+                    && !op.done
+                {
+                    let st = op.failed.unwrap_or(status.unwrap_or(RDS_RDMA_SUCCESS));
+                    self.rdma_notify(sidx, &op, st);
+                }
+                let s = &mut self.socks.slots[sidx as usize];
                 let now_ready = s.base_ready();
                 self.store.msgs.get_mut(id).clear(Msg::ON_SOCK);
                 if now_ready & Ready::WRITE != before & Ready::WRITE {
@@ -445,6 +470,23 @@ impl RdsEngine {
             }
             self.store.release_if_unused(id);
         }
+    }
+
+    /// Queues `RDS_CMSG_RDMA_STATUS` for an operation of socket slot `sidx` if it asked
+    /// (`RDS_RDMA_NOTIFY_ME`) or failed on a socket with `RDS_RECVERR`.
+    fn rdma_notify(&mut self, sidx: u32, op: &RdmaOp, status: i32) {
+        if !(op.notify || (op.recverr && status != RDS_RDMA_SUCCESS)) {
+            return;
+        }
+        let s = &mut self.socks.slots[sidx as usize];
+        if !s.live {
+            return;
+        }
+        s.notify.push_back(RdmaNotify {
+            user_token: op.user_token,
+            status,
+        });
+        self.notify_sock(sidx);
     }
 
     /// Queues a readiness event for a socket (once until taken).
@@ -695,6 +737,25 @@ impl RdsEngine {
         if self.valid(path) {
             self.with_path(path, |p, ctx| p.handle_send_complete(token, ctx));
             self.after_path(now, path);
+        }
+    }
+
+    /// The RDMA operation posted before frame `token` of `path` failed with `status`
+    /// (`RDS_RDMA_REMOTE_ERROR` for a key, range or right the peer's memory refused,
+    /// `RDS_RDMA_OTHER_ERROR` otherwise): the message's notification will say so. The
+    /// transport then fails the connection (an RC queue pair is in error after it); the
+    /// message is not retransmitted, as no RDMA message is. Flushed operations are not
+    /// reported (`RDS_RDMA_DROPPED` when the path resets).
+    pub fn handle_rdma_failed(&mut self, _now: Instant, path: PathId, token: u64, status: i32) {
+        if !self.valid(path) {
+            return;
+        }
+        let p = &self.conns[path.conn as usize].paths[path.index as usize];
+        if let Some(mid) = p.msg_in_flight(token)
+            && let Some(op) = self.store.msgs.get_mut(mid).rdma.as_mut()
+        {
+            op.failed.get_or_insert(status);
+            self.stats.send_rdma_failed += 1;
         }
     }
 

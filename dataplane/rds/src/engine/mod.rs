@@ -7,6 +7,8 @@ mod config;
 mod cong;
 mod conn;
 mod core;
+mod mr;
+mod rdma;
 mod recv;
 mod route;
 mod send;
@@ -17,5 +19,10 @@ pub use self::core::{Accept, EngineError, Incoming, RdsEngine, Reject, SocketEve
 pub use config::{RdsConfig, TransportKind, TransportSpec};
 pub use cong::{CongTable, MapIdx};
 pub use conn::{ConnKey, jhash_1word, mpath_hash};
+pub use mr::{
+    PAGE_SIZE, RdmaMemory, Registered, check_mr_range, cookie_key, cookie_offset, make_cookie,
+    pages_in_vec,
+};
+pub use rdma::GetMrArgs;
 pub use socket::{RdmaNotify, RdsSocket, Ready, Received, RecvFlags, SendCmsg, SendFlags};
 pub use sockopt::sockaddr_bytes;

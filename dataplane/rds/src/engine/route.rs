@@ -218,10 +218,16 @@ impl RdsEngine {
         };
         let mut cookie = 0;
         for e in ExtIter::new(&ext) {
-            if let ExtHeader::RdmaDest { rkey, offset } = e {
-                cookie = u64::from(rkey) | (u64::from(offset) << 32);
+            match e {
+                ExtHeader::RdmaDest { rkey, offset } => {
+                    cookie = u64::from(rkey) | (u64::from(offset) << 32);
+                }
+                // The peer's RDMA on one of this socket's regions preceded this message
+                // (`rds_rdma_unuse`): a use-once region is freed now. A key the socket
+                // does not own changes nothing (another socket's region stays).
+                ExtHeader::Rdma { rkey } => self.rdma_unuse(sidx, rkey),
+                _ => {}
             }
-            // ExtHeader::Rdma { rkey }: release a use-once memory region (phase 2).
         }
         let s = &mut self.socks.slots[sidx as usize];
         let m = self.store.msgs.get_mut(mid);

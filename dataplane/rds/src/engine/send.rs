@@ -8,6 +8,7 @@ use lcore::time::Instant;
 use super::config::TransportKind;
 use super::conn::{ConnKey, mpath_hash};
 use super::core::RdsEngine;
+use super::mr::{cookie_key, cookie_offset};
 use super::socket::{RdsSocket, SendCmsg, SendFlags, split};
 use crate::addr::Addr;
 use crate::error::{Block, RdsError};
@@ -15,7 +16,7 @@ use crate::path::{ConnState, PathId};
 use crate::store::{Lane, Msg};
 use crate::uapi::{MSG_CMSG_COMPAT, MSG_DONTWAIT, MSG_ZEROCOPY};
 use crate::wire::cong::monitor_mask;
-use crate::wire::{MAX_MSG_SIZE, MPATH_WORKERS, frag_count};
+use crate::wire::{ExtHeader, ExtWriter, MAX_MSG_SIZE, MPATH_WORKERS, frag_count};
 
 impl RdsEngine {
     /// Sends `data` as one message to `dest` (or the `connect`ed destination when `None`).
@@ -36,6 +37,11 @@ impl RdsEngine {
     /// | `MSG_ZEROCOPY` not on TCP / without a cookie | `EOPNOTSUPP` / `EINVAL` |
     /// | unknown control message, DEST/MAP with ARGS/ATOMIC | `EINVAL` |
     /// | RDMA or atomic control message on a transport without RDMA | `EOPNOTSUPP` |
+    /// | atomics (no provider has them); RDMA to an address of this node | `EOPNOTSUPP` |
+    /// | two `RDMA_ARGS`, or two `RDMA_DEST`/`MAP`; `RDMA_DEST` of no region of the socket | `EINVAL` |
+    /// | `nr_local` above 1024 | `EMSGSIZE` |
+    /// | `nr_local` other than 1; empty local range; local longer than remote | `EINVAL` |
+    /// | local range outside the RDMA window; `RDMA_MAP` as `RDS_GET_MR` | `EFAULT`; as [`get_mr`](Self::get_mr) |
     /// | destination port congested | `ENOBUFS`, or [`RdsError::Blocked`] when blocking |
     /// | send buffer full | `EAGAIN`, or [`RdsError::Blocked`] when blocking |
     /// | message store full | `ENOMEM`, or [`RdsError::Blocked`] when blocking |
@@ -184,11 +190,26 @@ impl RdsEngine {
                 "MSG_ZEROCOPY is not implemented by this engine",
             ));
         }
+        let rdma = self.rdma_from_cmsgs(cmsgs, s.recverr)?;
         let (tos, cached, sport) = (s.tos, s.cached_conn, b.port);
         let len = data.len();
+        let local = self.local.contains_key(&daddr);
+        let offers = cmsgs
+            .iter()
+            .any(|c| matches!(c, SendCmsg::RdmaDest(_) | SendCmsg::RdmaMap { .. }));
+        if local && (rdma.is_some() || offers) {
+            return Err(RdsError::NotSupported(
+                "RDMA between two addresses of one node (the loopback transport has no RDMA)",
+            ));
+        }
+        let dest_cookie = if offers {
+            self.rdma_dest_from_cmsgs(sock, cmsgs)?
+        } else {
+            None
+        };
 
         // Loopback: the destination is one of ours.
-        if self.local.contains_key(&daddr) {
+        if local {
             return self.send_local(now, sock, b.addr, sport, daddr, dport, data, nonblock);
         }
         if transport == TransportKind::Loop {
@@ -241,6 +262,25 @@ impl RdsEngine {
         m.sport = sport;
         m.dport = dport;
         m.peer = daddr;
+        if let Some(op) = rdma {
+            // The receiver learns of the operation from RDS_EXTHDR_RDMA on the header
+            // (and frees a use-once region named by it).
+            let mut w = ExtWriter::new();
+            w.push(ExtHeader::Rdma { rkey: op.rkey })
+                .expect("an empty extension area has room for one");
+            m.ext = w.finish();
+            m.rdma = Some(op);
+            m.set(Msg::RDMA);
+        } else if let Some(c) = dest_cookie {
+            // The receiver gets the cookie as RDS_CMSG_RDMA_DEST.
+            let mut w = ExtWriter::new();
+            w.push(ExtHeader::RdmaDest {
+                rkey: cookie_key(c),
+                offset: cookie_offset(c),
+            })
+            .expect("an empty extension area has room for one");
+            m.ext = w.finish();
+        }
         self.with_path(id, |p, ctx| {
             p.queue(mid, ctx);
         });

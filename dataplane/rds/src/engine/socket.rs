@@ -72,8 +72,8 @@ impl core::fmt::Debug for Ready {
 }
 
 /// An RDMA completion notification (`struct rds_rdma_notify`), returned as
-/// [`Received::RdmaStatus`]. RDMA operations arrive in phase 2; the queue and its delivery
-/// are here.
+/// [`Received::RdmaStatus`], for an operation sent with `RDS_RDMA_NOTIFY_ME` (or a failed one
+/// on a socket with `RDS_RECVERR`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RdmaNotify {
     /// The operation's `user_token`.
@@ -156,9 +156,9 @@ impl SendFlags {
     }
 }
 
-/// A send-side control message (`SOL_RDS` cmsg). The RDMA ones are parsed and checked
-/// here; carrying them out is the fabric transport's (phase 2): on a transport without
-/// RDMA they fail with `EOPNOTSUPP`, as on RDS-TCP.
+/// A send-side control message (`SOL_RDS` cmsg). The RDMA ones are checked by the engine
+/// and carried out by the fabric transport once it has an RDMA window; on a transport
+/// without RDMA they fail with `EOPNOTSUPP`, as on RDS-TCP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SendCmsg {
     /// `RDS_CMSG_RDMA_ARGS`: one RDMA read or write against the peer's memory region.
@@ -169,8 +169,14 @@ pub enum SendCmsg {
         remote_addr: u64,
         /// Remote bytes.
         remote_bytes: u64,
-        /// Local scatter entries (`nr_local`, 1..=1024).
+        /// Local scatter entries (`nr_local`): Linux takes 1..=1024; this engine takes
+        /// one local range (below), in its RDMA window, so it must be 1.
         nr_local: u64,
+        /// The local range (`local_vec_addr`'s one `rds_iovec`): its first byte, a process
+        /// address inside the node's RDMA window.
+        local_addr: u64,
+        /// The local range's length: the bytes moved (at most `remote_bytes`).
+        local_bytes: u64,
         /// `RDS_RDMA_*` flags.
         flags: u64,
         /// Returned in the completion notification.

@@ -256,6 +256,8 @@ impl RdsEngine {
         }
         // rds_send_drop_to(rs, NULL)
         self.drop_sends(now, sock, None);
+        // rds_rdma_drop_keys
+        self.drop_mrs(sock);
         self.socks.release(idx);
         Ok(())
     }
@@ -293,6 +295,18 @@ impl RdsEngine {
             self.store.msgs.remove(&mut s.send_list, Lane::Sock, mid);
             s.snd_bytes = s.snd_bytes.saturating_sub(len);
             self.store.msgs.get_mut(mid).clear(Msg::ON_SOCK);
+            // __rds_send_complete(.., RDS_RDMA_CANCELED) for a cancelled RDMA message
+            // (a closing socket gets no notifications).
+            if let Some(op) = self.store.msgs.get(mid).rdma
+                && dest.is_some()
+                && !op.done
+                && (op.notify || op.recverr)
+            {
+                s.notify.push_back(crate::engine::RdmaNotify {
+                    user_token: op.user_token,
+                    status: RDS_RDMA_CANCELED,
+                });
+            }
             if (conn as usize) < self.conns.len() {
                 let id = crate::path::PathId { conn, index: path };
                 self.with_path(id, |p, ctx| p.cancel(mid, ctx));
@@ -319,7 +333,8 @@ impl RdsEngine {
     /// | `SOL_RDS`, `RDS_RECVERR`, `RDS_CONG_MONITOR` | int (bool) | `EINVAL` if shorter than an int |
     /// | `SOL_RDS`, `SO_RDS_TRANSPORT` | int | `EOPNOTSUPP` once a transport is attached (bound or set); `EINVAL` unless exactly 4 bytes, or a value outside 0..3; `ENOPROTOOPT` if no such transport here |
     /// | `SOL_RDS`, `SO_TIMESTAMP_OLD`/`_NEW` | int | `EFAULT` unless exactly 4 bytes |
-    /// | `SOL_RDS`, `RDS_GET_MR`, `RDS_FREE_MR`, `RDS_GET_MR_FOR_DEST` | | `ENOTCONN` unbound, `EOPNOTSUPP` without an RDMA transport (phase 2) |
+    /// | `SOL_RDS`, `RDS_GET_MR`, `RDS_GET_MR_FOR_DEST` | `rds_get_mr_args` (32 B) / `_for_dest_args` (160 B) | `EINVAL` another length, then as [`get_mr`](Self::get_mr); `EFAULT` for a non-zero `cookie_addr` (use [`get_mr_raw`](Self::get_mr_raw), which returns the cookie) |
+    /// | `SOL_RDS`, `RDS_FREE_MR` | `rds_free_mr_args` (16 B) | as [`free_mr_raw`](Self::free_mr_raw) |
     /// | anything else | | `ENOPROTOOPT` |
     ///
     /// # Errors
@@ -455,22 +470,19 @@ impl RdsEngine {
                     int_opt(val).expect("4 bytes") != 0;
                 Ok(())
             }
-            RDS_GET_MR | RDS_FREE_MR | RDS_GET_MR_FOR_DEST => {
-                let s = self.socks.get(sock).expect("checked");
-                let Some(t) = s.transport.filter(|_| s.bound.is_some()) else {
-                    return Err(RdsError::NotConnected(
-                        "bind the socket (select its transport) before registering memory",
-                    ));
-                };
-                if !self.spec(t).is_some_and(|x| x.rdma) {
-                    return Err(RdsError::NotSupported(
-                        "memory registration needs a transport with RDMA (the fabric transport)",
+            RDS_GET_MR | RDS_GET_MR_FOR_DEST => {
+                let a = super::rdma::GetMrArgs::parse(name, val)?;
+                if a.cookie_addr != 0 {
+                    // Checked before registering, so nothing is left behind.
+                    self.mr_precheck(sock)?;
+                    crate::engine::check_mr_range(a.addr, a.bytes)?;
+                    return Err(RdsError::Fault(
+                        "the engine writes no memory through cookie_addr: call RdsEngine::get_mr_raw (or get_mr), which returns the cookie",
                     ));
                 }
-                Err(RdsError::NotSupported(
-                    "RDMA memory registration arrives with the fabric transport",
-                ))
+                self.get_mr(sock, a.addr, a.bytes, a.flags).map(|_| ())
             }
+            RDS_FREE_MR => self.free_mr_raw(sock, val),
             _ => Err(RdsError::NoProtoOpt("unknown SOL_RDS option")),
         }
     }

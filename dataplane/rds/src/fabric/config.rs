@@ -107,6 +107,12 @@ pub struct FabricStats {
     /// Receive completions whose length or buffer id was impossible (the connection was
     /// reset).
     pub rx_bad: u64,
+    /// RDMA operations posted (ahead of their messages' headers).
+    pub rdma_ops: u64,
+    /// Bytes they moved (asked for).
+    pub rdma_bytes: u64,
+    /// RDMA operations that completed in error (the connection was reset).
+    pub rdma_errors: u64,
 }
 
 impl FabricStats {
@@ -127,6 +133,9 @@ impl FabricStats {
             ("fabric_rx_frames", self.rx_frames),
             ("fabric_rx_refused", self.rx_refused),
             ("fabric_rx_bad", self.rx_bad),
+            ("fabric_rdma_ops", self.rdma_ops),
+            ("fabric_rdma_bytes", self.rdma_bytes),
+            ("fabric_rdma_errors", self.rdma_errors),
         ]
         .into_iter()
     }

@@ -3,9 +3,10 @@
 //!
 //! Each connection has its own memory: a region holding `recv_depth` receive buffers of
 //! [`RECV_BUF`] bytes (header + 4 KiB fragment) and the send-header slots, registered for
-//! local access only. No key of ours is ever given to a peer, so a peer can only SEND into
-//! the buffers we posted on its connection; it can never touch another connection's
-//! buffers or the engine's message store. Every received byte is copied out of the buffer
+//! local access only. No key of this memory is ever given to a peer, so a peer can only
+//! SEND into the buffers we posted on its connection; it can never touch another
+//! connection's buffers or the engine's message store (the only keys a peer gets are those
+//! of RDMA regions the application registered in the window: see the module `rdma`). Every received byte is copied out of the buffer
 //! (a snapshot) before the engine parses it, and the engine checks every field: a
 //! violation resets this connection only.
 
@@ -14,7 +15,8 @@ use std::sync::Arc;
 
 use dp_fabric::{
     Access, Completion, ConnId, Device, MemoryRegion, Payload, PostError, ProtectionDomain,
-    Provider, QpCaps, QpInit, RcQueuePair, RecvWr, SendFlags, SendOp, SendWr, Sge, WcStatus,
+    Provider, QpCaps, QpInit, RcQueuePair, RecvWr, RemoteAddr, SendFlags, SendOp, SendWr, Sge,
+    WcStatus,
 };
 use dp_fabric::{CompletionQueue, FabricError};
 use lcore::time::Instant;
@@ -23,6 +25,7 @@ use mempool::memory::{Region, RegionConfig};
 use super::config::{FabricConfig, FabricStats, HDR_SLOT, RECV_BUF};
 use crate::engine::RdsEngine;
 use crate::path::{FrameKind, PathId, TxFrame};
+use crate::uapi::{RDS_RDMA_OTHER_ERROR, RDS_RDMA_REMOTE_ERROR};
 use crate::wire::HEADER_LEN;
 
 /// The send flags of `frame` (`rds_ib_xmit`, `rds_ib_send_ack`), counting unsignalled
@@ -91,7 +94,8 @@ impl<P: Provider> LinkRes<P> {
             })?;
         let ring = Arc::new(ring);
         let mr = pd.reg_region(&ring, 0, len, Access::LOCAL_WRITE)?;
-        let scq = dev.create_cq(hdr_slots + 1)?;
+        // Each frame may be preceded by its message's RDMA operation.
+        let scq = dev.create_cq(2 * hdr_slots + 1)?;
         let rcq = dev.create_cq(cfg.recv_depth)?;
         Ok(Self {
             scq,
@@ -103,11 +107,12 @@ impl<P: Provider> LinkRes<P> {
         })
     }
 
-    /// The queue pair's sizes: every data frame plus the ACK-only frame in flight, two
-    /// scatter entries (header, fragment), one receive entry.
+    /// The queue pair's sizes: every data frame plus the ACK-only frame in flight, each
+    /// possibly preceded by an RDMA operation, two scatter entries (header, fragment), one
+    /// receive entry.
     pub(crate) fn caps(&self, cfg: &FabricConfig) -> QpCaps {
         QpCaps {
-            max_send_wr: self.hdr_slots,
+            max_send_wr: 2 * self.hdr_slots,
             max_recv_wr: self.recv_depth,
             max_send_sge: 2,
             max_recv_sge: 1,
@@ -161,7 +166,16 @@ pub(crate) struct Link<P: Provider> {
     inline_max: usize,
     /// Where inline frames are assembled (made once: no zeroing per frame).
     inline_buf: Box<[u8; INLINE_CAP]>,
+    /// The peer's RDMA window base, as it announced it in the connection's private data
+    /// (0: none announced, so its cookies are zero-based, as a kernel peer's are).
+    pub(crate) peer_base: u64,
+    /// An IPv6 connection (its RDS-IB private data is the 56-byte form).
+    pub(crate) v6: bool,
 }
+
+/// The bit of a work-request id that marks an RDMA operation (the rest is the token of
+/// the frame it precedes).
+pub(crate) const RDMA_WR: u64 = 1 << 63;
 
 /// Receive buffers reposted per `post_recv` call.
 const REPOST_BATCH: usize = 32;
@@ -182,6 +196,8 @@ impl<P: Provider> Link<P> {
             unsignaled: 0,
             inline_max,
             inline_buf: Box::new([0; INLINE_CAP]),
+            peer_base: 0,
+            v6: false,
         }
     }
 
@@ -237,15 +253,32 @@ impl<P: Provider> Link<P> {
             return n;
         }
         let mut done = None;
-        for wc in &wcs[..n] {
+        for i in 0..n {
+            let wc = wcs[i];
+            let rdma = wc.wr_id & RDMA_WR != 0;
             if !wc.is_ok() {
                 if let Some(token) = done {
                     engine.handle_send_complete(now, path, token);
                 }
+                if rdma {
+                    // rds_ib_send_unmap_rdma's status mapping; a flushed operation never
+                    // ran and reports nothing (the reset drops its message).
+                    stats.rdma_errors += 1;
+                    let st = match wc.status {
+                        WcStatus::WrFlushErr => None,
+                        WcStatus::RemAccessErr => Some(RDS_RDMA_REMOTE_ERROR),
+                        _ => Some(RDS_RDMA_OTHER_ERROR),
+                    };
+                    if let Some(st) = st {
+                        engine.handle_rdma_failed(now, path, wc.wr_id & !RDMA_WR, st);
+                    }
+                }
                 self.fail_after_receives(engine, now, path, wcs, scratch, stats);
                 return n;
             }
-            done = Some(done.map_or(wc.wr_id, |d: u64| d.max(wc.wr_id)));
+            if !rdma {
+                done = Some(done.map_or(wc.wr_id, |d: u64| d.max(wc.wr_id)));
+            }
         }
         if let Some(token) = done {
             engine.handle_send_complete(now, path, token);
@@ -362,15 +395,64 @@ impl<P: Provider> Link<P> {
 
     /// Posts one frame: inline when it fits, else the header (copied to its slot) and the
     /// payload's fragment as two scatter entries of the registrations.
+    ///
+    /// A frame with an RDMA operation posts it first, in the same call (one doorbell):
+    /// WRITE or READ between `window` (ours, registered for local access) and the peer's
+    /// window at the offset its cookie gave, under its key. On a reliable connection the
+    /// operation completes before the SEND that follows, so the peer sees the data before
+    /// the header; a key, range or right the peer's memory refuses completes in error
+    /// (reported in [`poll_send`](Self::poll_send)) and ends this connection only.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn transmit(
         &mut self,
         engine: &RdsEngine,
         frag_mr: &P::Mr,
+        window: Option<&P::Mr>,
         frame: &TxFrame,
         signal_every: u32,
         stats: &mut FabricStats,
     ) -> Result<(), PostError> {
-        let flags = wr_flags(&mut self.unsignaled, frame, signal_every);
+        let mut flags = wr_flags(&mut self.unsignaled, frame, signal_every);
+        let mut rdma_sge = [Sge::default(); 1];
+        let mut rdma_op = None;
+        if let Some(op) = frame.rdma {
+            let bad = PostError {
+                index: 0,
+                kind: dp_fabric::PostErrorKind::MessageTooLong,
+            };
+            // The engine checked the range against the window; checked again here so a
+            // wrong range can never reach the provider.
+            let w = window.ok_or(bad)?;
+            let end = op.local.checked_add(u64::from(op.len)).ok_or(bad)?;
+            if end > w.len() as u64 {
+                return Err(bad);
+            }
+            rdma_sge[0] = Sge {
+                addr: w.addr() + op.local,
+                length: op.len,
+                lkey: w.lkey(),
+            };
+            let remote = RemoteAddr {
+                addr: self.peer_base.wrapping_add(op.remote),
+                rkey: op.rkey,
+            };
+            rdma_op = Some(if op.write {
+                SendOp::Write(remote)
+            } else {
+                SendOp::Read(remote)
+            });
+            if op.fence {
+                flags = flags | SendFlags::FENCE;
+            }
+            stats.rdma_ops += 1;
+            stats.rdma_bytes += u64::from(op.len);
+        }
+        let rdma_wr = rdma_op.map(|op| SendWr {
+            wr_id: RDMA_WR | frame.token,
+            op,
+            payload: Payload::Sgl(&rdma_sge),
+            flags: SendFlags::NONE,
+        });
         let len = frame.wire_len();
         let frags = engine.frags();
         if len <= self.inline_max {
@@ -383,12 +465,16 @@ impl<P: Provider> Link<P> {
             }
             stats.tx_inline += 1;
             stats.tx_frames += 1;
-            return self.qp.post_send(&[SendWr {
+            let send = SendWr {
                 wr_id: frame.token,
                 op: SendOp::Send,
                 payload: Payload::Inline(&buf[..len]),
                 flags,
-            }]);
+            };
+            return match rdma_wr {
+                Some(r) => self.qp.post_send(&[r, send]),
+                None => self.qp.post_send(&[send]),
+            };
         }
         let slot = (frame.token % u64::from(self.res.hdr_slots)) as usize;
         let hoff = self.res.recv_depth as usize * RECV_BUF + slot * HDR_SLOT;
@@ -408,12 +494,16 @@ impl<P: Provider> Link<P> {
             k += 1;
         }
         stats.tx_frames += 1;
-        self.qp.post_send(&[SendWr {
+        let send = SendWr {
             wr_id: frame.token,
             op: SendOp::Send,
             payload: Payload::Sgl(&sgl[..k]),
             flags,
-        }])
+        };
+        match rdma_wr {
+            Some(r) => self.qp.post_send(&[r, send]),
+            None => self.qp.post_send(&[send]),
+        }
     }
 }
 
@@ -429,6 +519,7 @@ mod tests {
             payload: TxPayload::None,
             kind,
             last,
+            rdma: None,
         }
     }
 

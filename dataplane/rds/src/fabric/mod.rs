@@ -21,11 +21,30 @@
 //! The engine's fragment region is registered once, for local access: payloads go out
 //! from it with no copy (frames small enough go inline). Each connection has its own
 //! receive ring (`recv_depth` buffers of 48 + 4096 bytes, registered for local access
-//! only, plus the send-header slots): no key is ever given to a peer, so a peer can write
-//! nothing of ours except the receive buffers posted on its own connection. Every received
-//! frame is copied out of its buffer and checked by the engine; a violation, an error
-//! completion or a CM disconnect resets only that connection, whose unacked messages are
-//! retransmitted on the next one.
+//! only, plus the send-header slots). Every received frame is copied out of its buffer and
+//! checked by the engine; a violation, an error completion or a CM disconnect resets only
+//! that connection, whose unacked messages are retransmitted on the next one.
+//!
+//! Keys are given to peers only for RDMA, and only for memory the application chose:
+//! without an RDMA window ([`FabricTransport::expose_window`]) no key of ours ever leaves
+//! the node, and a peer can write nothing of ours except the receive buffers posted on its
+//! own connection. With a window, each `RDS_GET_MR` registers just the pages of its range
+//! under a key of its own (remote read, plus remote write with `RDS_RDMA_READWRITE`); any
+//! peer that learns the cookie can reach that range, as with the kernel's keys (the
+//! application decides whom it tells), until `RDS_FREE_MR`, the socket's close, or, for a
+//! use-once region, the arrival of the peer's RDMA extension header revokes the key. The
+//! fragment region, the rings and the rest of the window stay out of reach. Over shm the
+//! provider shares whole pages of the region (4 KiB, or 2 MiB on hugepages), and its key
+//! checks keep a peer inside the registered pages.
+//!
+//! Our RDMA operations are posted just before their message's first frame on the same
+//! queue pair (the kernel's order), from our window to the peer's window at the offset its
+//! cookie gave plus the window base it announced at connect time (16 bytes after RDS-IB's
+//! private data, magic `DPRW`; without it the peer's cookies are taken as zero-based, as a
+//! kernel peer's are). Everything about the peer's cookie is hostile: the peer's provider
+//! checks key, range and right, and a refusal completes our operation in error, which
+//! notifies the sender (`RDS_RDMA_REMOTE_ERROR`) and resets only that connection (the RC
+//! queue pair is in error after it); the message is not retransmitted, the others are.
 //!
 //! # Progress
 //!
@@ -47,7 +66,9 @@
 
 mod config;
 mod link;
+mod rdma;
 mod transport;
 
 pub use config::{FabricConfig, FabricStats, HDR_SLOT, RECV_BUF};
+pub use rdma::{CM_PRIVATE_MAX, MAX_WINDOW, WINDOW_EXT_LEN, append_window, peer_window};
 pub use transport::{FabricTransport, FabricTransportError};

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use dp_fabric::Access;
 use dp_fabric::{
@@ -11,13 +12,15 @@ use dp_fabric::{
     ProtectionDomain, Provider,
 };
 use lcore::time::Instant;
+use mempool::memory::Region;
 
 use super::config::{FabricConfig, FabricStats, RECV_BUF};
 use super::link::{INLINE_CAP, Link, LinkRes, LinkState};
+use super::rdma::{MAX_WINDOW, WINDOW_EXT_LEN, WindowMemory, append_window, peer_window};
 use crate::engine::{Accept, Incoming, RdsEngine, Reject, TransportCmd, TransportKind};
 use crate::path::{PathId, TxFrame};
 use crate::transport::Transport;
-use crate::wire::ib::{IbConnPrivRepr, REJ_INCOMPAT};
+use crate::wire::ib::{IbConnPriv, IbConnPrivRepr, PRIV_LEN_V6, REJ_INCOMPAT};
 
 /// RDS over a fabric provider: one RC queue pair per path, connected through the
 /// provider's CM with RDS-IB's `rds_ib_connect_private` (protocol 3.1, the bytes the
@@ -37,6 +40,9 @@ pub struct FabricTransport<P: Provider> {
     by_conn: HashMap<ConnId, PathId>,
     listeners: Vec<(ListenId, SocketAddr)>,
     frag_mr: P::Mr,
+    /// The RDMA window and its registration for local access (the local side of RDMA
+    /// operations), once exposed.
+    window: Option<(Arc<Region>, P::Mr)>,
     cm: P::Cm,
     pd: P::Pd,
     dev: P::Device,
@@ -115,6 +121,7 @@ impl<P: Provider> FabricTransport<P> {
             by_conn: HashMap::new(),
             listeners: Vec::new(),
             frag_mr,
+            window: None,
             cm,
             pd,
             dev,
@@ -125,6 +132,39 @@ impl<P: Provider> FabricTransport<P> {
             t.listen(ip)?;
         }
         Ok(t)
+    }
+
+    /// Gives the node an RDMA window: `RDS_GET_MR` on the engine's sockets registers
+    /// ranges of `window` (and only of it) for peers, each range with its own key. Take
+    /// RDMA buffers from this region (a `mempool` region: hugepages when reserved; for the
+    /// shm provider any region works, its registration shares the pages). Replaces an
+    /// earlier window, whose regions are freed. Control path.
+    ///
+    /// # Errors
+    ///
+    /// A window above 4 GiB (cookie offsets are 32 bits), or the provider's failure to
+    /// register it for local access.
+    pub fn expose_window(
+        &mut self,
+        engine: &mut RdsEngine,
+        window: Arc<Region>,
+    ) -> Result<(), FabricTransportError> {
+        if window.len() > MAX_WINDOW {
+            return Err(FabricTransportError::Config(
+                "an RDMA window is at most 4 GiB (cookie offsets are 32 bits)",
+            ));
+        }
+        let local = self
+            .pd
+            .reg_region(&window, 0, window.len(), Access::LOCAL_WRITE)?;
+        engine
+            .set_rdma_memory(
+                TransportKind::Ib,
+                Box::new(WindowMemory::<P>::new(self.pd.clone(), window.clone())),
+            )
+            .map_err(|_| FabricTransportError::NoIbTransport)?;
+        self.window = Some((window, local));
+        Ok(())
     }
 
     /// Counters.
@@ -175,6 +215,21 @@ impl<P: Provider> FabricTransport<P> {
         Ok(())
     }
 
+    /// RDS-IB's private data, with our window's announcement appended when we have one
+    /// and it fits.
+    fn private_with_window(
+        &self,
+        (bytes, n): ([u8; PRIV_LEN_V6], usize),
+    ) -> ([u8; PRIV_LEN_V6 + WINDOW_EXT_LEN], usize) {
+        let mut out = [0u8; PRIV_LEN_V6 + WINDOW_EXT_LEN];
+        out[..n].copy_from_slice(&bytes[..n]);
+        let n = match &self.window {
+            Some((w, _)) => append_window(&mut out, n, w.as_ptr() as u64),
+            None => n,
+        };
+        (out, n)
+    }
+
     fn new_res(&self) -> Result<LinkRes<P>, FabricError> {
         LinkRes::new(&self.dev, &self.pd, &self.cfg, self.send_depth, &self.name)
     }
@@ -204,7 +259,7 @@ impl<P: Provider> FabricTransport<P> {
         let Some(private) = engine.connect_private(path) else {
             return;
         };
-        let (bytes, n) = private.to_bytes();
+        let (bytes, n) = self.private_with_window(private.to_bytes());
         let dst = SocketAddr::new(faddr, self.cfg.peer_port.unwrap_or(self.port_for(faddr)));
         let init = res.init(&self.pd, &self.cfg);
         let r = self
@@ -214,8 +269,9 @@ impl<P: Provider> FabricTransport<P> {
             Ok((conn, qp)) => {
                 self.stats.connects += 1;
                 self.by_conn.insert(conn, path);
-                self.links
-                    .insert(path, Link::new(qp, res, conn, LinkState::Connecting));
+                let mut link = Link::new(qp, res, conn, LinkState::Connecting);
+                link.v6 = faddr.is_ipv6();
+                self.links.insert(path, link);
             }
             Err(_) => {
                 self.stats.connect_failures += 1;
@@ -276,7 +332,8 @@ impl<P: Provider> FabricTransport<P> {
         let Some(private) = engine.accept_private(path, version) else {
             return;
         };
-        let (bytes, n) = private.to_bytes();
+        let (bytes, n) = self.private_with_window(private.to_bytes());
+        let peer_base = peer_window(request.private_data(), IbConnPriv::<&[u8]>::size(v6));
         let init = res.init(&self.pd, &self.cfg);
         let r = self
             .cm
@@ -287,8 +344,10 @@ impl<P: Provider> FabricTransport<P> {
             Ok((conn, qp)) => {
                 self.stats.accepts += 1;
                 self.by_conn.insert(conn, path);
-                self.links
-                    .insert(path, Link::new(qp, res, conn, LinkState::Accepting));
+                let mut link = Link::new(qp, res, conn, LinkState::Accepting);
+                link.v6 = v6;
+                link.peer_base = peer_base;
+                self.links.insert(path, link);
             }
             Err(_) => {
                 self.stats.rejects += 1;
@@ -317,6 +376,9 @@ impl<P: Provider> FabricTransport<P> {
                         LinkState::Accepting => &[],
                         LinkState::Up | LinkState::Broken => continue,
                     };
+                    if link.state == LinkState::Connecting {
+                        link.peer_base = peer_window(reply, IbConnPriv::<&[u8]>::size(link.v6));
+                    }
                     link.state = LinkState::Up;
                     self.stats.established += 1;
                     engine.handle_connected(now, path, reply);
@@ -455,8 +517,16 @@ impl<P: Provider> Transport for FabricTransport<P> {
             return;
         }
         let every = self.cfg.signal_every;
+        let window = self.window.as_ref().map(|(_, mr)| mr);
         if link
-            .transmit(engine, &self.frag_mr, &frame, every, &mut self.stats)
+            .transmit(
+                engine,
+                &self.frag_mr,
+                window,
+                &frame,
+                every,
+                &mut self.stats,
+            )
             .is_err()
         {
             link.fail_after_receives(

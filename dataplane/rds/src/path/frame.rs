@@ -1,6 +1,6 @@
 //! What a path hands its transport, and what it asks of it.
 
-use crate::store::{Chain, FragId, FragPool};
+use crate::store::{Chain, FragId, FragPool, RdmaOp};
 use crate::wire::{FRAG_SIZE, HEADER_LEN};
 
 /// A path: connection `conn` (an engine index), path `index` (0..8 on multipath
@@ -111,6 +111,10 @@ pub struct TxFrame {
     pub kind: FrameKind,
     /// The last frame of a message or update (RDS-IB signals and solicits it).
     pub last: bool,
+    /// On a message's first frame: the RDMA operation to post just before it, on the same
+    /// queue pair, so the data is in place before the peer sees the header
+    /// (`rds_ib_xmit_rdma` ahead of `rds_ib_xmit`).
+    pub rdma: Option<RdmaOp>,
 }
 
 impl TxFrame {

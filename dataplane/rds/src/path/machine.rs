@@ -12,7 +12,7 @@ use super::frame::{FrameKind, PathCmd, PathId};
 use super::state::{AckState, ConnState, Partial, PathCtx, StreamRx, Timer, TimerTable};
 use crate::addr::Addr;
 use crate::stats::Stats;
-use crate::store::{Lane, List, Msg, MsgId, Store};
+use crate::store::{Lane, List, Msg, MsgId, RdmaOp, Store};
 
 /// Why a path reset itself: the first protocol violation a peer committed on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,6 +146,8 @@ pub struct Path {
     pub(super) rx_done: List,
     pub(super) released: List,
     pub(super) dropped: List,
+    /// RDMA operations done since the last call: (socket slot, the operation).
+    pub(super) rdma_done: Vec<(u32, RdmaOp)>,
 }
 
 impl Path {
@@ -191,6 +193,7 @@ impl Path {
             rx_done: List::new(),
             released: List::new(),
             dropped: List::new(),
+            rdma_done: Vec::with_capacity(cfg.send_depth as usize + 1),
         }
     }
 
@@ -313,6 +316,13 @@ impl Path {
     /// releases them from their sockets ([`Msg::ON_CONN`] is already clear).
     pub fn take_released(&mut self) -> List {
         core::mem::take(&mut self.released)
+    }
+
+    /// RDMA operations whose message's frames all completed since the last call (the
+    /// operation completed before them): (socket slot, operation), for
+    /// `RDS_CMSG_RDMA_STATUS` at completion as the kernel reports it. Drained into `out`.
+    pub fn take_rdma_done(&mut self, out: &mut Vec<(u32, RdmaOp)>) {
+        out.append(&mut self.rdma_done);
     }
 
     /// Sent messages dropped without an ack since the last call: flushed because the peer

@@ -130,6 +130,16 @@ impl Path {
             }
         };
         let seq = m.seq;
+        // The RDMA operation goes out just before the message's first frame.
+        let rdma = if x.sent == 0 && !is_cong {
+            m.rdma
+        } else {
+            None
+        };
+        if let Some(op) = rdma {
+            ctx.stats.send_rdma += 1;
+            ctx.stats.send_rdma_bytes += u64::from(op.len);
+        }
         match self.cfg.flavor {
             Flavor::Message => {
                 let (ack, was_requested) = self.ack.piggyback();
@@ -186,6 +196,7 @@ impl Path {
             payload,
             kind,
             last,
+            rdma,
         })
     }
 
@@ -319,6 +330,7 @@ impl Path {
             payload: TxPayload::None,
             kind: FrameKind::Ack,
             last: true,
+            rdma: None,
         })
     }
 
@@ -342,9 +354,31 @@ impl Path {
             if let Some(id) = f.msg {
                 let m = ctx.store.msgs.get_mut(id);
                 m.in_flight = m.in_flight.saturating_sub(1);
+                // All frames out and completed: the RDMA operation posted before the
+                // first one completed too (rds_ib_send_unmap_rdma, the kernel's approach 3).
+                if m.in_flight == 0
+                    && !m.has(Msg::IN_XMIT)
+                    && m.has(Msg::ON_SOCK)
+                    && let Some(op) = m.rdma.as_mut()
+                    && !op.done
+                    && op.failed.is_none()
+                {
+                    op.done = true;
+                    let op = *op;
+                    self.rdma_done.push((m.sock, op));
+                }
                 ctx.store.release_if_unused(id);
             }
         }
+    }
+
+    /// The message whose frame `token` is in flight (to pin a transport's report on an
+    /// RDMA operation to its message).
+    pub fn msg_in_flight(&self, token: u64) -> Option<MsgId> {
+        self.inflight
+            .iter()
+            .find(|f| f.token == token)
+            .and_then(|f| f.msg)
     }
 
     /// A stream transport's peer acknowledged every byte before stream offset `acked`

@@ -11,7 +11,7 @@ pub mod frag;
 pub mod msg;
 
 pub use frag::{Chain, FragConfig, FragId, FragPool};
-pub use msg::{Lane, List, Msg, MsgId, MsgTable};
+pub use msg::{Lane, List, Msg, MsgId, MsgTable, RdmaOp};
 
 use mempool::memory::MemError;
 

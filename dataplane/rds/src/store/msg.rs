@@ -44,6 +44,38 @@ const UNLINKED: Link = Link {
     next: NIL,
 };
 
+/// The RDMA operation a message carries (`struct rm_rdma_op`), posted by the transport
+/// before the message's first frame. Offsets are into the RDMA windows: `local` into ours
+/// (checked when the message was sent), `remote` into the peer's (the peer's cookie offset
+/// plus `remote_vec.addr`: hostile until the peer's provider checks it against `rkey`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RdmaOp {
+    /// The peer's remote key (the cookie's low half).
+    pub rkey: u32,
+    /// Byte offset in the peer's window.
+    pub remote: u64,
+    /// Byte offset in our window.
+    pub local: u64,
+    /// Bytes to move.
+    pub len: u32,
+    /// RDMA WRITE to the peer (`RDS_RDMA_READWRITE`), else RDMA READ from it.
+    pub write: bool,
+    /// `RDS_RDMA_FENCE`: the message's SEND waits for the operation.
+    pub fence: bool,
+    /// `RDS_RDMA_NOTIFY_ME`: an `RDS_CMSG_RDMA_STATUS` when the operation is done.
+    pub notify: bool,
+    /// `RDS_RECVERR` on the socket when sent: notify failures even without `notify`.
+    pub recverr: bool,
+    /// Returned in the notification.
+    pub user_token: u64,
+    /// The failure the transport reported (`RDS_RDMA_REMOTE_ERROR`, ...), if any.
+    pub failed: Option<i32>,
+    /// Reported done: every frame of the message completed, so the operation posted
+    /// before them did (a reliable connection completes in order); the outcome was
+    /// reported then, not again on ack or reset.
+    pub done: bool,
+}
+
 /// One message.
 #[derive(Clone, Debug)]
 pub struct Msg {
@@ -82,6 +114,8 @@ pub struct Msg {
     pub rdma_cookie: u64,
     /// Receive: when it was queued to its socket.
     pub queued_at: Instant,
+    /// Send: the RDMA operation it carries ([`Msg::RDMA`] is set with it).
+    pub rdma: Option<RdmaOp>,
     links: [Link; 2],
 }
 
@@ -98,7 +132,7 @@ impl Msg {
     pub const RETRANSMITTED: u16 = 1 << 4;
     /// The peer restarted: drop instead of resending (`RDS_MSG_FLUSH`).
     pub const FLUSH: u16 = 1 << 5;
-    /// Carries an RDMA operation: never retransmitted (phase 2 sets it).
+    /// Carries an RDMA operation ([`Msg::rdma`]): never retransmitted.
     pub const RDMA: u16 = 1 << 6;
     /// A congestion-map update (not sequenced, on no queue).
     pub const CONG_MAP: u16 = 1 << 7;
@@ -125,6 +159,7 @@ impl Msg {
             in_flight: 0,
             rdma_cookie: 0,
             queued_at: Instant::ZERO,
+            rdma: None,
             links: [UNLINKED; 2],
         }
     }
