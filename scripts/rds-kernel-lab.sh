@@ -9,6 +9,9 @@
 #
 #   ... rds-kernel-lab.sh --no-stress        only the rds-check rows (no rds-stress rows, no ratios)
 #   ... rds-kernel-lab.sh --only REGEX       only the rds-check rows whose name matches (implies --no-stress)
+#   ... rds-kernel-lab.sh --ib               then RDS over RDMA against rds_rdma too (scripts/rds-ib-kernel-lab.sh,
+#                                            same VM; dp-perf built with --features verbs); its cases count
+#                                            in the last line
 #
 # Set-up (a) of kernel-peers/README.md: namespaces kp-kernel (the kernel's AF_RDS sockets) and kp-user
 # (our RDS-TCP node, listening on 26385 behind the nftables redirect of 16385 and dialling the kernel's
@@ -52,15 +55,16 @@
 # {"rds_kernel":{"msgs_ratio":F,"bw_ratio":F}} (ours/kernel) before that line.
 set -uo pipefail
 
-quick=0 json=0 stress=1 only=.
+quick=0 json=0 stress=1 only=. ib=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
     --json) json=1 ;;
     --no-stress) stress=0 ;;
+    --ib) ib=1 ;;
     --only) only=${2:?--only needs a regular expression}; stress=0; shift ;;
     -h|--help) sed -n '2,60p' "$0"; exit 0 ;;
-    *) echo "rds-kernel-lab.sh: unknown option $1 (--quick, --json, --no-stress, --only REGEX)" >&2; exit 2 ;;
+    *) echo "rds-kernel-lab.sh: unknown option $1 (--quick, --json, --no-stress, --only REGEX, --ib)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -313,6 +317,19 @@ echo "ours vs kernel RDS-TCP (same VM run): 64 B req/ack: ours $ours_msgs msgs/s
 if [ $json = 1 ]; then
   python3 -c "import json; k1=float('$k_msgs'); k2=float('$k_bw'); print(json.dumps({'rds_kernel': {'msgs_ratio': float('$ours_msgs')/k1 if k1 else 0.0, 'bw_ratio': float('$ours_bw')/k2 if k2 else 0.0}}))"
 fi
+fi
+if [ $ib = 1 ]; then
+  # RDS over RDMA: its own table and ratios, then its counts join ours.
+  echo
+  opts=(); [ $quick = 1 ] && opts+=(--quick); [ $json = 1 ] && opts+=(--json)
+  bash "$here/scripts/rds-ib-kernel-lab.sh" "${opts[@]}" | tee "$tmp/ib.out"
+  ibline=$(grep -E '^rds-ib-kernel-lab: [0-9]+ passed, [0-9]+ failed' "$tmp/ib.out" | tail -1)
+  if [ -n "$ibline" ]; then
+    read -r ibp ibf < <(sed -E 's/.* ([0-9]+) passed, ([0-9]+) failed/\1 \2/' <<<"$ibline")
+    pass=$((pass + ibp)); fail=$((fail + ibf))
+  else
+    fail=$((fail + 1)); echo "rds-ib-kernel-lab.sh ended without its summary line: counted as one failure"
+  fi
 fi
 echo "rds-kernel-lab: $pass passed, $fail failed"
 [ $fail = 0 ]
