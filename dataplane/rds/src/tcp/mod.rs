@@ -36,6 +36,11 @@
 //!   parked until the old one has been read to its end, so nothing the peer's TCP saw
 //!   acknowledged is dropped: as long as the old one holds unread bytes (`SIOCINQ`), and
 //!   up to 1 s for its end of stream once it holds none (a peer that vanished sends none).
+//!   A path's parked connections are taken in the order they arrived: a peer that lost
+//!   the parked one too dials a third, which carries only what its TCP had not seen
+//!   acknowledged on the second, so the second is read to its end first (taking the
+//!   third as soon as the first had ended, while the second still waited, skipped the
+//!   second's messages; test `a_paths_parked_connections_are_taken_in_arrival_order`).
 //!
 //!   The receive side keeps the fan-out in order: a sender moves a socket's traffic from
 //!   path 0 to its hashed path only once its earlier path-0 bytes were acknowledged by

@@ -36,6 +36,13 @@ struct Parked {
     since: Instant,
 }
 
+impl Parked {
+    /// True if this one waits for the same path as `laddr`/`faddr`/`index`.
+    fn same_path(&self, laddr: IpAddr, faddr: IpAddr, index: u8) -> bool {
+        self.laddr == laddr && self.faddr == faddr && self.index == index
+    }
+}
+
 /// A dial in progress.
 #[derive(Debug)]
 struct Dialing {
@@ -350,12 +357,7 @@ impl TcpTransport {
             engine.handle_knock(now, req);
             return;
         }
-        let key = ConnKey {
-            laddr: Addr::new(laddr),
-            faddr: Addr::new(faddr),
-            transport: TransportKind::Tcp,
-            tos: 0,
-        };
+        let key = tcp_key(laddr, faddr);
         req.path_index = self.accept_index(engine, &key, peer.port());
         let socket = Socket::from(stream);
         if socket.set_nonblocking(true).is_err() || self.tune(&socket).is_err() {
@@ -366,10 +368,17 @@ impl TcpTransport {
             conn,
             index: req.path_index,
         });
-        if old.is_some_and(|p| self.conns.contains_key(&p)) {
+        let behind = self
+            .parked
+            .iter()
+            .any(|p| p.same_path(laddr, faddr, req.path_index));
+        if behind || old.is_some_and(|p| self.conns.contains_key(&p)) {
             // A connection replacing a live one of the same path (the peer lost the old
             // one): the old one may still hold bytes the peer's TCP saw acknowledged, so
             // its RDS has released those messages. Read the old one to its end first.
+            // The same holds for an earlier replacement still parked (the peer lost that
+            // one too, after its TCP acknowledged what it carried): a path's connections
+            // are taken in the order they arrived, never a later one first.
             self.stats.tcp_accept_parked += 1;
             self.parked.push(Parked {
                 socket,
@@ -391,12 +400,7 @@ impl TcpTransport {
         socket: Socket,
         req: Incoming<'_>,
     ) {
-        let key = ConnKey {
-            laddr: Addr::new(req.laddr),
-            faddr: Addr::new(req.faddr),
-            transport: TransportKind::Tcp,
-            tos: 0,
-        };
+        let key = tcp_key(req.laddr, req.faddr);
         // Still a live one (it did not end within PARK_LIMIT): take what it holds now,
         // as far as the store allows, before the engine resets the path.
         if let Some(c) = engine
@@ -428,12 +432,17 @@ impl TcpTransport {
         let mut i = 0;
         while i < self.parked.len() {
             let p = &self.parked[i];
-            let key = ConnKey {
-                laddr: Addr::new(p.laddr),
-                faddr: Addr::new(p.faddr),
-                transport: TransportKind::Tcp,
-                tos: 0,
-            };
+            // An earlier connection of the same path goes first (see accept_one); the
+            // wait of PARK_LIMIT counts from when this one is next.
+            if self.parked[..i]
+                .iter()
+                .any(|q| q.same_path(p.laddr, p.faddr, p.index))
+            {
+                self.parked[i].since = now;
+                i += 1;
+                continue;
+            }
+            let key = tcp_key(p.laddr, p.faddr);
             // Wait while the old connection lives, and while the engine tears its path
             // down (its Disconnect goes out after this poll): it would refuse the new one.
             // Past PARK_LIMIT, still wait while the old one holds unread bytes: the peer
@@ -499,41 +508,88 @@ impl TcpTransport {
     /// fan-out from path 0.
     ///
     /// A sender fans out to paths above 0 only once everything it sent on path 0 before
-    /// was acknowledged by our TCP, so those bytes are in path 0's socket before a byte of
-    /// the other paths is sent. Reading the sockets in any order could still hand the
-    /// engine a later message of path 3 before the end of an earlier 1 MiB message of
-    /// path 0. So: one read on each path above 0 first (kept, not handed over), then path 0
-    /// read to its end, then the kept bytes handed over, and no further read of those
-    /// paths in this poll. Bytes read before path 0 was emptied were sent after everything
-    /// that path 0 had to deliver first. If path 0 stops early (the engine's store is
-    /// full), the kept bytes of that connection wait for the next poll.
+    /// was acknowledged by our TCP, so those bytes are in one of path 0's sockets before a
+    /// byte of the other paths is sent: the live one, a parked one, or one still in the
+    /// listen backlog. Reading the sockets in any order could still hand the engine a
+    /// later message of path 3 before the end of an earlier 1 MiB message of path 0. So:
+    /// one read on each path above 0 first (kept, not handed over); then the backlog is
+    /// accepted, since a path-0 connection that came before the kept bytes may have
+    /// arrived since this poll's accept; then path 0 read to its end; then the kept bytes
+    /// handed over, and no further read of those paths in this poll. A connection whose
+    /// path 0 stopped early (the engine's store is full) or has a connection in the park
+    /// (read after its predecessor ends, and holding bytes that go first) keeps its
+    /// bytes for a later poll.
     fn receive_ordered(&mut self, engine: &mut RdsEngine, now: Instant) -> (usize, Option<PathId>) {
         let mut work = 0;
+        let mut kept = false;
         for c in self.conns.values_mut().filter(|c| c.path.index != 0) {
             match c.read_once(&mut self.stats) {
                 Ok(read) => work += usize::from(read),
                 Err(_) => return (work, Some(c.path)),
             }
+            kept |= c.rx_pending();
         }
-        let mut held: [u32; 8] = [u32::MAX; 8];
-        let mut n_held = 0;
+        if kept && !self.listeners.is_empty() {
+            work += self.poll_accepts(engine, now);
+        }
+        let mut held = Held::default();
+        for p in self.parked.iter().filter(|p| p.index == 0) {
+            if let Some(conn) = engine.conn_id(&tcp_key(p.laddr, p.faddr)) {
+                held.add(conn);
+            }
+        }
         for c in self.conns.values_mut().filter(|c| c.path.index == 0) {
             match c.receive(engine, now, &mut self.stats) {
                 Ok(w) => work += w,
                 Err(_) => return (work, Some(c.path)),
             }
-            if c.rx_pending() && n_held < held.len() {
-                held[n_held] = c.path.conn;
-                n_held += 1;
+            if c.rx_pending() {
+                held.add(c.path.conn);
             }
         }
         for c in self.conns.values_mut().filter(|c| c.path.index != 0) {
-            let conn_held = held[..n_held].contains(&c.path.conn) || n_held == held.len();
-            if !conn_held {
+            if !held.has(c.path.conn) {
                 work += c.hand_over(engine, now, &mut self.stats);
             }
         }
         (work, None)
+    }
+}
+
+/// The connections whose paths above 0 wait this poll ([`TcpTransport::receive_ordered`]):
+/// a small set, and past its capacity every connection waits.
+#[derive(Debug, Default)]
+struct Held {
+    conns: [u32; 8],
+    n: usize,
+    all: bool,
+}
+
+impl Held {
+    fn add(&mut self, conn: u32) {
+        if self.has(conn) {
+            return;
+        }
+        if self.n == self.conns.len() {
+            self.all = true;
+        } else {
+            self.conns[self.n] = conn;
+            self.n += 1;
+        }
+    }
+
+    fn has(&self, conn: u32) -> bool {
+        self.all || self.conns[..self.n].contains(&conn)
+    }
+}
+
+/// The engine's key of an RDS-TCP connection between `laddr` and `faddr`.
+fn tcp_key(laddr: IpAddr, faddr: IpAddr) -> ConnKey {
+    ConnKey {
+        laddr: Addr::new(laddr),
+        faddr: Addr::new(faddr),
+        transport: TransportKind::Tcp,
+        tos: 0,
     }
 }
 
