@@ -14,7 +14,7 @@ use dataplane::fabric::shm::{Shm, ShmDevice};
 use dataplane::fabric::{CmChannel, CmEvent, ConnRequest, Device};
 use dataplane::rds::fabric::FabricConfig;
 use dataplane::rds::node::BlockingNode;
-use dataplane::rds::{RdsError, Received, TransportKind};
+use dataplane::rds::{RdsError, RdsSocket, Received, TransportKind};
 
 mod common;
 use common::rds::{Lab, device, sock};
@@ -22,7 +22,31 @@ use common::rds::{Lab, device, sock};
 /// Names `rds-test`, addresses in 10.78.0.0/24.
 const LAB: Lab = Lab::new("rds-test", 78);
 
-fn recv(n: &BlockingNode, s: dataplane::rds::RdsSocket, buf: &mut [u8]) -> (usize, SocketAddr) {
+/// Nodes A and B, a socket on each, and the sockets' addresses: `(a, b, a's socket, b's
+/// socket, a's address, b's address)`.
+type Two = (
+    BlockingNode,
+    BlockingNode,
+    RdsSocket,
+    RdsSocket,
+    SocketAddr,
+    SocketAddr,
+);
+
+/// [`Two`]: A at `LAB.ip(1)` port 4000 and B at `LAB.ip(2)` port 4001, meeting in `d`,
+/// their engines seeded `seed_a` and `seed_b`.
+fn two(d: &Path, seed_a: u64, seed_b: u64) -> Two {
+    let a = LAB.node(d, LAB.ip(1), seed_a);
+    let b = LAB.node(d, LAB.ip(2), seed_b);
+    let (aa, ba) = (
+        SocketAddr::new(LAB.ip(1), 4000),
+        SocketAddr::new(LAB.ip(2), 4001),
+    );
+    let (sa, sb) = (sock(&a, aa), sock(&b, ba));
+    (a, b, sa, sb, aa, ba)
+}
+
+fn recv(n: &BlockingNode, s: RdsSocket, buf: &mut [u8]) -> (usize, SocketAddr) {
     loop {
         match n.recv_from(s, buf, Some(Duration::from_secs(20))) {
             Ok(Received::Data { len, from, .. }) => return (len, from),
@@ -132,14 +156,7 @@ fn a_node_listening_on_another_port_dials_the_peer_port() {
 #[test]
 fn messages_of_every_size_both_ways_arrive_intact_and_in_order() {
     let d = LAB.dir("sizes");
-    let a = LAB.node(&d, LAB.ip(1), 1);
-    let b = LAB.node(&d, LAB.ip(2), 2);
-    let (aa, ba) = (
-        SocketAddr::new(LAB.ip(1), 4000),
-        SocketAddr::new(LAB.ip(2), 4001),
-    );
-    let sa = sock(&a, aa);
-    let sb = sock(&b, ba);
+    let (a, b, sa, sb, aa, ba) = two(&d, 1, 2);
     let sizes = [0usize, 1, 64, 4048, 4096, 4097, 8192, 100_000, 1 << 20];
     let mut buf = vec![0u8; 1 << 20];
     for (k, &len) in sizes.iter().enumerate() {
@@ -218,14 +235,8 @@ fn describe(name: &str, n: &BlockingNode) -> String {
 /// every connection every `every`; checks that each arrives exactly once, in order.
 fn reset_loop(tag: &str, count: u64, every: Duration) -> (u64, u64) {
     let d = LAB.dir(tag);
-    let a = Arc::new(LAB.node(&d, LAB.ip(1), 11));
-    let b = Arc::new(LAB.node(&d, LAB.ip(2), 12));
-    let (aa, ba) = (
-        SocketAddr::new(LAB.ip(1), 4000),
-        SocketAddr::new(LAB.ip(2), 4001),
-    );
-    let sa = sock(&a, aa);
-    let sb = sock(&b, ba);
+    let (a, b, sa, sb, aa, ba) = two(&d, 11, 12);
+    let (a, b) = (Arc::new(a), Arc::new(b));
     let stop = Arc::new(AtomicBool::new(false));
     let killed = Arc::new(AtomicU64::new(0));
     // The number of messages, once the sender has decided (u64::MAX until then): published
@@ -331,14 +342,7 @@ fn connection_resets_in_a_loop_long() {
 #[test]
 fn a_stalled_receiver_stops_senders_with_enobufs_and_drops_nothing() {
     let d = LAB.dir("stall");
-    let a = LAB.node(&d, LAB.ip(1), 21);
-    let b = LAB.node(&d, LAB.ip(2), 22);
-    let (aa, ba) = (
-        SocketAddr::new(LAB.ip(1), 4000),
-        SocketAddr::new(LAB.ip(2), 4001),
-    );
-    let sa = sock(&a, aa);
-    let sb = sock(&b, ba);
+    let (a, b, sa, sb, _, ba) = two(&d, 21, 22);
     b.with(|n, now| n.engine_mut().set_rcvbuf(now, sb, 64 * 1024).unwrap());
     // The receiver reads nothing: the sender goes until congestion stops it.
     let mut sent = 0u64;
@@ -441,14 +445,7 @@ fn hostile_connect(
 #[test]
 fn a_peer_granting_impossible_credits_costs_only_its_connection() {
     let d = LAB.dir("credits");
-    let a = LAB.node(&d, LAB.ip(1), 41);
-    let b = LAB.node(&d, LAB.ip(2), 42);
-    let (aa, ba) = (
-        SocketAddr::new(LAB.ip(1), 4000),
-        SocketAddr::new(LAB.ip(2), 4001),
-    );
-    let sa = sock(&a, aa);
-    let sb = sock(&b, ba);
+    let (a, b, sa, sb, _, ba) = two(&d, 41, 42);
     let mut buf = vec![0u8; 4096];
     assert_eq!(
         a.send_to(sa, ba, b"first", Some(Duration::from_secs(20))),
@@ -503,14 +500,7 @@ fn a_peer_granting_impossible_credits_costs_only_its_connection() {
 #[test]
 fn a_hostile_peer_costs_only_its_own_connection() {
     let d = LAB.dir("hostile");
-    let a = LAB.node(&d, LAB.ip(1), 31);
-    let b = LAB.node(&d, LAB.ip(2), 32);
-    let (aa, ba) = (
-        SocketAddr::new(LAB.ip(1), 4000),
-        SocketAddr::new(LAB.ip(2), 4001),
-    );
-    let sa = sock(&a, aa);
-    let sb = sock(&b, ba);
+    let (a, b, sa, sb, _, ba) = two(&d, 31, 32);
     let mut buf = vec![0u8; 4096];
     // The honest connection is up.
     assert_eq!(
