@@ -4,76 +4,49 @@
 //! messages of every size both ways, reliability under connection resets, a stalled
 //! receiver, a peer that dies and restarts, and hostile peers (garbage, impossible credits).
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant as StdInstant};
 
-use dataplane::fabric::shm::{Shm, ShmConfig, ShmDevice};
+use dataplane::fabric::shm::{Shm, ShmDevice};
 use dataplane::fabric::{CmChannel, CmEvent, ConnRequest, Device};
-use dataplane::rds::fabric::{FabricConfig, FabricTransport};
-use dataplane::rds::node::{BlockingNode, RdsNode};
-use dataplane::rds::{RdsConfig, RdsEngine, RdsError, Received, TransportKind, TransportSpec};
-use lcore::PollMode;
+use dataplane::rds::fabric::FabricConfig;
+use dataplane::rds::node::BlockingNode;
+use dataplane::rds::{RdsError, RdsSocket, Received, TransportKind};
 
-fn dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("dp-rds-{}-{tag}", std::process::id()));
-    let _ = std::fs::create_dir_all(&d);
-    d
+mod common;
+use common::rds::{Lab, device, sock};
+
+/// Names `rds-test`, addresses in 10.78.0.0/24.
+const LAB: Lab = Lab::new("rds-test", 78);
+
+/// Nodes A and B, a socket on each, and the sockets' addresses: `(a, b, a's socket, b's
+/// socket, a's address, b's address)`.
+type Two = (
+    BlockingNode,
+    BlockingNode,
+    RdsSocket,
+    RdsSocket,
+    SocketAddr,
+    SocketAddr,
+);
+
+/// [`Two`]: A at `LAB.ip(1)` port 4000 and B at `LAB.ip(2)` port 4001, meeting in `d`,
+/// their engines seeded `seed_a` and `seed_b`.
+fn two(d: &Path, seed_a: u64, seed_b: u64) -> Two {
+    let a = LAB.node(d, LAB.ip(1), seed_a);
+    let b = LAB.node(d, LAB.ip(2), seed_b);
+    let (aa, ba) = (
+        SocketAddr::new(LAB.ip(1), 4000),
+        SocketAddr::new(LAB.ip(2), 4001),
+    );
+    let (sa, sb) = (sock(&a, aa), sock(&b, ba));
+    (a, b, sa, sb, aa, ba)
 }
 
-fn ip(last: u8) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::new(10, 78, 0, last))
-}
-
-fn device(dir: &Path) -> ShmDevice {
-    ShmDevice::open(ShmConfig {
-        dir: Some(dir.to_path_buf()),
-        ..ShmConfig::default()
-    })
-    .expect("shm device")
-}
-
-fn engine(addr: IpAddr, seed: u64) -> RdsEngine {
-    let cfg = RdsConfig {
-        name: format!("rds-test-{addr}"),
-        transports: vec![TransportSpec::ib()],
-        seed,
-        wmem_max: 16 << 20,
-        rmem_max: 16 << 20,
-        ..RdsConfig::default()
-    };
-    let mut e = RdsEngine::new(cfg).expect("engine");
-    e.add_local_addr(addr);
-    e
-}
-
-fn node(dir: &Path, addr: IpAddr, seed: u64) -> BlockingNode {
-    node_with(dir, addr, seed, FabricConfig::default())
-}
-
-fn node_with(dir: &Path, addr: IpAddr, seed: u64, fcfg: FabricConfig) -> BlockingNode {
-    let e = engine(addr, seed);
-    let t = FabricTransport::<Shm>::new(device(dir), &e, fcfg).expect("transport");
-    let mut n = RdsNode::new(e);
-    n.add_transport(Box::new(t)).expect("transport added");
-    BlockingNode::spawn(n, PollMode::hybrid_default(), "rds-test").expect("progress thread")
-}
-
-fn sock(n: &BlockingNode, at: SocketAddr) -> dataplane::rds::RdsSocket {
-    n.with(|n, now| {
-        let e = n.engine_mut();
-        let s = e.socket().expect("socket");
-        e.bind(s, at).expect("bind");
-        // Room for a 1 MiB message (RDS counts half of SO_SNDBUF, as Linux does).
-        e.set_sndbuf(now, s, 4 << 20).expect("SO_SNDBUF");
-        e.set_rcvbuf(now, s, 4 << 20).expect("SO_RCVBUF");
-        s
-    })
-}
-
-fn recv(n: &BlockingNode, s: dataplane::rds::RdsSocket, buf: &mut [u8]) -> (usize, SocketAddr) {
+fn recv(n: &BlockingNode, s: RdsSocket, buf: &mut [u8]) -> (usize, SocketAddr) {
     loop {
         match n.recv_from(s, buf, Some(Duration::from_secs(20))) {
             Ok(Received::Data { len, from, .. }) => return (len, from),
@@ -95,18 +68,18 @@ fn pattern(seq: u64, len: usize) -> Vec<u8> {
 
 #[test]
 fn connect_request_carries_rds_ib_private_data_as_the_kernel_sends_it() {
-    let d = dir("priv");
+    let d = LAB.dir("priv");
     // A raw CM listener plays the peer at 10.78.0.2:18634 and records the request.
     let dev = device(&d);
     let mut cm = dev.create_cm_channel().unwrap();
-    cm.listen(SocketAddr::new(ip(2), 18634), 8).unwrap();
-    let a = node(&d, ip(1), 1);
-    let s = sock(&a, SocketAddr::new(ip(1), 4000));
+    cm.listen(SocketAddr::new(LAB.ip(2), 18634), 8).unwrap();
+    let a = LAB.node(&d, LAB.ip(1), 1);
+    let s = sock(&a, SocketAddr::new(LAB.ip(1), 4000));
     let r = a.with(|n, now| {
         n.engine_mut().send_to(
             now,
             s,
-            Some(SocketAddr::new(ip(2), 4001)),
+            Some(SocketAddr::new(LAB.ip(2), 4001)),
             b"hello",
             dataplane::rds::SendFlags::DONTWAIT,
         )
@@ -147,22 +120,22 @@ fn connect_request_carries_rds_ib_private_data_as_the_kernel_sends_it() {
 fn a_node_listening_on_another_port_dials_the_peer_port() {
     // Beside a kernel rds_rdma, which holds 18634 on every address, a node listens on 18635
     // and dials the kernel's 18634 (FabricConfig::peer_port).
-    let d = dir("peerport");
+    let d = LAB.dir("peerport");
     let dev = device(&d);
     let mut cm = dev.create_cm_channel().unwrap();
-    cm.listen(SocketAddr::new(ip(2), 18634), 8).unwrap();
+    cm.listen(SocketAddr::new(LAB.ip(2), 18634), 8).unwrap();
     let fcfg = FabricConfig {
         port_v4: 18635,
         peer_port: Some(18634),
         ..FabricConfig::default()
     };
-    let a = node_with(&d, ip(1), 1, fcfg);
-    let s = sock(&a, SocketAddr::new(ip(1), 4000));
+    let a = LAB.node_with(&d, LAB.ip(1), 1, fcfg);
+    let s = sock(&a, SocketAddr::new(LAB.ip(1), 4000));
     let r = a.with(|n, now| {
         n.engine_mut().send_to(
             now,
             s,
-            Some(SocketAddr::new(ip(2), 4001)),
+            Some(SocketAddr::new(LAB.ip(2), 4001)),
             b"hello",
             dataplane::rds::SendFlags::DONTWAIT,
         )
@@ -182,12 +155,8 @@ fn a_node_listening_on_another_port_dials_the_peer_port() {
 
 #[test]
 fn messages_of_every_size_both_ways_arrive_intact_and_in_order() {
-    let d = dir("sizes");
-    let a = node(&d, ip(1), 1);
-    let b = node(&d, ip(2), 2);
-    let (aa, ba) = (SocketAddr::new(ip(1), 4000), SocketAddr::new(ip(2), 4001));
-    let sa = sock(&a, aa);
-    let sb = sock(&b, ba);
+    let d = LAB.dir("sizes");
+    let (a, b, sa, sb, aa, ba) = two(&d, 1, 2);
     let sizes = [0usize, 1, 64, 4048, 4096, 4097, 8192, 100_000, 1 << 20];
     let mut buf = vec![0u8; 1 << 20];
     for (k, &len) in sizes.iter().enumerate() {
@@ -265,12 +234,9 @@ fn describe(name: &str, n: &BlockingNode) -> String {
 /// the connections have been killed at least [`MIN_KILLS`] times) while another thread kills
 /// every connection every `every`; checks that each arrives exactly once, in order.
 fn reset_loop(tag: &str, count: u64, every: Duration) -> (u64, u64) {
-    let d = dir(tag);
-    let a = Arc::new(node(&d, ip(1), 11));
-    let b = Arc::new(node(&d, ip(2), 12));
-    let (aa, ba) = (SocketAddr::new(ip(1), 4000), SocketAddr::new(ip(2), 4001));
-    let sa = sock(&a, aa);
-    let sb = sock(&b, ba);
+    let d = LAB.dir(tag);
+    let (a, b, sa, sb, aa, ba) = two(&d, 11, 12);
+    let (a, b) = (Arc::new(a), Arc::new(b));
     let stop = Arc::new(AtomicBool::new(false));
     let killed = Arc::new(AtomicU64::new(0));
     // The number of messages, once the sender has decided (u64::MAX until then): published
@@ -375,12 +341,8 @@ fn connection_resets_in_a_loop_long() {
 
 #[test]
 fn a_stalled_receiver_stops_senders_with_enobufs_and_drops_nothing() {
-    let d = dir("stall");
-    let a = node(&d, ip(1), 21);
-    let b = node(&d, ip(2), 22);
-    let (aa, ba) = (SocketAddr::new(ip(1), 4000), SocketAddr::new(ip(2), 4001));
-    let sa = sock(&a, aa);
-    let sb = sock(&b, ba);
+    let d = LAB.dir("stall");
+    let (a, b, sa, sb, _, ba) = two(&d, 21, 22);
     b.with(|n, now| n.engine_mut().set_rcvbuf(now, sb, 64 * 1024).unwrap());
     // The receiver reads nothing: the sender goes until congestion stops it.
     let mut sent = 0u64;
@@ -448,8 +410,8 @@ fn hostile_connect(
     let cq_s = dev.create_cq(256).unwrap();
     let cq_r = dev.create_cq(64).unwrap();
     let private = dataplane::rds::wire::ib::IbConnPrivRepr {
-        saddr: ip(9),
-        daddr: ip(2),
+        saddr: LAB.ip(9),
+        daddr: LAB.ip(2),
         version: dataplane::rds::wire::ib::IbVersion::V3_1,
         minor_mask: 3,
         tos: 0,
@@ -468,7 +430,7 @@ fn hostile_connect(
         },
     };
     let (_conn, qp) = cm
-        .connect(SocketAddr::new(ip(2), 18634), &init, &pb[..pn])
+        .connect(SocketAddr::new(LAB.ip(2), 18634), &init, &pb[..pn])
         .unwrap();
     let ev = cm
         .wait_event(Some(Duration::from_secs(10)))
@@ -482,12 +444,8 @@ fn hostile_connect(
 
 #[test]
 fn a_peer_granting_impossible_credits_costs_only_its_connection() {
-    let d = dir("credits");
-    let a = node(&d, ip(1), 41);
-    let b = node(&d, ip(2), 42);
-    let (aa, ba) = (SocketAddr::new(ip(1), 4000), SocketAddr::new(ip(2), 4001));
-    let sa = sock(&a, aa);
-    let sb = sock(&b, ba);
+    let d = LAB.dir("credits");
+    let (a, b, sa, sb, _, ba) = two(&d, 41, 42);
     let mut buf = vec![0u8; 4096];
     assert_eq!(
         a.send_to(sa, ba, b"first", Some(Duration::from_secs(20))),
@@ -541,12 +499,8 @@ fn a_peer_granting_impossible_credits_costs_only_its_connection() {
 
 #[test]
 fn a_hostile_peer_costs_only_its_own_connection() {
-    let d = dir("hostile");
-    let a = node(&d, ip(1), 31);
-    let b = node(&d, ip(2), 32);
-    let (aa, ba) = (SocketAddr::new(ip(1), 4000), SocketAddr::new(ip(2), 4001));
-    let sa = sock(&a, aa);
-    let sb = sock(&b, ba);
+    let d = LAB.dir("hostile");
+    let (a, b, sa, sb, _, ba) = two(&d, 31, 32);
     let mut buf = vec![0u8; 4096];
     // The honest connection is up.
     assert_eq!(
@@ -596,13 +550,16 @@ fn a_hostile_peer_costs_only_its_own_connection() {
 
 #[test]
 fn a_peer_that_dies_and_restarts_gets_an_in_order_suffix_without_duplicates() {
-    let d = dir("restart");
-    let a = node(&d, ip(1), 51);
-    let (aa, ba) = (SocketAddr::new(ip(1), 4000), SocketAddr::new(ip(2), 4001));
+    let d = LAB.dir("restart");
+    let a = LAB.node(&d, LAB.ip(1), 51);
+    let (aa, ba) = (
+        SocketAddr::new(LAB.ip(1), 4000),
+        SocketAddr::new(LAB.ip(2), 4001),
+    );
     let sa = sock(&a, aa);
     let mut buf = vec![0u8; 4096];
     {
-        let b = node(&d, ip(2), 52);
+        let b = LAB.node(&d, LAB.ip(2), 52);
         let sb = sock(&b, ba);
         for seq in 0..1000u64 {
             let msg = pattern(seq, 100);
@@ -617,7 +574,7 @@ fn a_peer_that_dies_and_restarts_gets_an_in_order_suffix_without_duplicates() {
         }
         // The process dies: its node, queue pairs and unread messages go with it.
     }
-    let b = node(&d, ip(2), 53);
+    let b = LAB.node(&d, LAB.ip(2), 53);
     let sb = sock(&b, ba);
     for seq in 1000..2000u64 {
         let msg = pattern(seq, 100);
@@ -655,16 +612,6 @@ fn a_peer_that_dies_and_restarts_gets_an_in_order_suffix_without_duplicates() {
     let _ = std::fs::remove_dir_all(d);
 }
 
-/// A node polled by hand (no progress thread), so a test decides what it sees when.
-fn manual_node(dir: &Path, addr: IpAddr, seed: u64) -> RdsNode {
-    let e = engine(addr, seed);
-    let t =
-        FabricTransport::<Shm>::new(device(dir), &e, FabricConfig::default()).expect("transport");
-    let mut n = RdsNode::new(e);
-    n.add_transport(Box::new(t)).expect("transport added");
-    n
-}
-
 /// A peer acks our message and closes before we poll again: its ack completes in our
 /// receive queue ahead of the flush errors, and must still release the message (before,
 /// the transport failed the connection at the first flush error of the batch and dropped
@@ -673,11 +620,14 @@ fn manual_node(dir: &Path, addr: IpAddr, seed: u64) -> RdsNode {
 fn acks_a_peer_sent_before_it_closed_still_release_the_messages() {
     use dataplane::rds::{PathId, RecvFlags, SendFlags};
     use lcore::time::{Clock, RealClock};
-    let d = dir("last-acks");
+    let d = LAB.dir("last-acks");
     let clock = RealClock::new();
-    let mut a = manual_node(&d, ip(1), 1);
-    let mut b = manual_node(&d, ip(2), 2);
-    let (aa, ba) = (SocketAddr::new(ip(1), 4000), SocketAddr::new(ip(2), 4001));
+    let mut a = LAB.manual_node(&d, LAB.ip(1), 1);
+    let mut b = LAB.manual_node(&d, LAB.ip(2), 2);
+    let (aa, ba) = (
+        SocketAddr::new(LAB.ip(1), 4000),
+        SocketAddr::new(LAB.ip(2), 4001),
+    );
     let sa = a.engine_mut().socket().unwrap();
     a.engine_mut().bind(sa, aa).unwrap();
     let sb = b.engine_mut().socket().unwrap();

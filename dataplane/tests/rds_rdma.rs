@@ -2,54 +2,22 @@
 //! (`RDS_GET_MR`, `RDS_FREE_MR`) in a node's RDMA window, and RDMA operations between two
 //! nodes in one process, each driven by a `BlockingNode` progress thread in hybrid mode.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dataplane::fabric::shm::{Shm, ShmConfig, ShmDevice};
 use dataplane::rds::engine::RdmaNotify;
 use dataplane::rds::engine::{GetMrArgs, cookie_key, cookie_offset};
-use dataplane::rds::fabric::{FabricConfig, FabricTransport};
-use dataplane::rds::node::{BlockingNode, RdsNode};
+use dataplane::rds::node::BlockingNode;
 use dataplane::rds::uapi::*;
-use dataplane::rds::{
-    RdsConfig, RdsEngine, RdsError, RdsSocket, Received, SendCmsg, SendFlags, TransportSpec,
-};
-use lcore::PollMode;
+use dataplane::rds::{RdsError, RdsSocket, Received, SendCmsg, SendFlags};
 use mempool::memory::{Region, RegionConfig};
 
-fn dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("dp-rds-rdma-{}-{tag}", std::process::id()));
-    let _ = std::fs::create_dir_all(&d);
-    d
-}
+mod common;
+use common::rds::{Lab, sock};
 
-fn ip(last: u8) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::new(10, 79, 0, last))
-}
-
-fn device(dir: &Path) -> ShmDevice {
-    ShmDevice::open(ShmConfig {
-        dir: Some(dir.to_path_buf()),
-        ..ShmConfig::default()
-    })
-    .expect("shm device")
-}
-
-fn engine(addr: IpAddr, seed: u64) -> RdsEngine {
-    let cfg = RdsConfig {
-        name: format!("rds-rdma-{addr}"),
-        transports: vec![TransportSpec::ib()],
-        seed,
-        wmem_max: 16 << 20,
-        rmem_max: 16 << 20,
-        ..RdsConfig::default()
-    };
-    let mut e = RdsEngine::new(cfg).expect("engine");
-    e.add_local_addr(addr);
-    e
-}
+/// Names `rds-rdma`, addresses in 10.79.0.0/24.
+const LAB: Lab = Lab::new("rds-rdma", 79);
 
 /// A window of `len` bytes (normal pages in tests).
 fn window(tag: &str, len: usize) -> Arc<Region> {
@@ -58,42 +26,18 @@ fn window(tag: &str, len: usize) -> Arc<Region> {
     )
 }
 
-/// A node with an RDMA window (when `win` is given).
-fn node(dir: &Path, addr: IpAddr, seed: u64, win: Option<Arc<Region>>) -> BlockingNode {
-    let mut e = engine(addr, seed);
-    let mut t =
-        FabricTransport::<Shm>::new(device(dir), &e, FabricConfig::default()).expect("transport");
-    if let Some(w) = win {
-        t.expose_window(&mut e, w).expect("window exposed");
-    }
-    let mut n = RdsNode::new(e);
-    n.add_transport(Box::new(t)).expect("transport added");
-    BlockingNode::spawn(n, PollMode::hybrid_default(), "rds-rdma").expect("progress thread")
-}
-
-fn sock(n: &BlockingNode, at: SocketAddr) -> RdsSocket {
-    n.with(|n, now| {
-        let e = n.engine_mut();
-        let s = e.socket().expect("socket");
-        e.bind(s, at).expect("bind");
-        e.set_sndbuf(now, s, 4 << 20).expect("SO_SNDBUF");
-        e.set_rcvbuf(now, s, 4 << 20).expect("SO_RCVBUF");
-        s
-    })
-}
-
 fn errno<T: std::fmt::Debug>(r: Result<T, RdsError>) -> i32 {
     r.expect_err("an error").errno()
 }
 
 #[test]
 fn test_get_mr_cookie_names_the_window_offset_and_free_mr_frees() {
-    let d = dir("getmr");
+    let d = LAB.dir("getmr");
     let w = window("getmr", 1 << 20);
     let base = w.as_ptr() as u64;
-    let a = node(&d, ip(1), 1, Some(w.clone()));
-    let s = sock(&a, SocketAddr::new(ip(1), 5000));
-    let other = sock(&a, SocketAddr::new(ip(1), 5001));
+    let a = LAB.node_with_window(&d, LAB.ip(1), 1, w.clone());
+    let s = sock(&a, SocketAddr::new(LAB.ip(1), 5000));
+    let other = sock(&a, SocketAddr::new(LAB.ip(1), 5001));
     a.with(|n, now| {
         let e = n.engine_mut();
         // An unaligned start: the cookie's offset is the byte's offset in the window.
@@ -147,11 +91,11 @@ fn test_get_mr_cookie_names_the_window_offset_and_free_mr_frees() {
 
 #[test]
 fn test_get_mr_errors_as_linux() {
-    let d = dir("errs");
+    let d = LAB.dir("errs");
     let w = window("errs", 4 << 20);
     let base = w.as_ptr() as u64;
-    let a = node(&d, ip(3), 3, Some(w.clone()));
-    let s = sock(&a, SocketAddr::new(ip(3), 5000));
+    let a = LAB.node_with_window(&d, LAB.ip(3), 3, w.clone());
+    let s = sock(&a, SocketAddr::new(LAB.ip(3), 5000));
     a.with(|n, _| {
         let e = n.engine_mut();
         let unbound = e.socket().unwrap();
@@ -189,9 +133,9 @@ fn test_get_mr_errors_as_linux() {
 
 #[test]
 fn test_get_mr_without_window_is_eopnotsupp() {
-    let d = dir("nowin");
-    let a = node(&d, ip(5), 5, None);
-    let s = sock(&a, SocketAddr::new(ip(5), 5000));
+    let d = LAB.dir("nowin");
+    let a = LAB.node(&d, LAB.ip(5), 5);
+    let s = sock(&a, SocketAddr::new(LAB.ip(5), 5000));
     a.with(|n, _| {
         let e = n.engine_mut();
         assert_eq!(errno(e.get_mr(s, 4096, 4096, 0)), 95);
@@ -205,12 +149,12 @@ fn test_get_mr_without_window_is_eopnotsupp() {
 
 #[test]
 fn test_close_frees_the_sockets_regions_and_revokes_their_keys() {
-    let d = dir("close");
+    let d = LAB.dir("close");
     let w = window("close", 1 << 20);
     let base = w.as_ptr() as u64;
-    let a = node(&d, ip(7), 7, Some(w.clone()));
-    let s = sock(&a, SocketAddr::new(ip(7), 5000));
-    let keep = sock(&a, SocketAddr::new(ip(7), 5001));
+    let a = LAB.node_with_window(&d, LAB.ip(7), 7, w.clone());
+    let s = sock(&a, SocketAddr::new(LAB.ip(7), 5000));
+    let keep = sock(&a, SocketAddr::new(LAB.ip(7), 5001));
     a.with(|n, now| {
         let e = n.engine_mut();
         e.get_mr(s, base, 4096, 0).unwrap();
@@ -241,13 +185,13 @@ struct Pair {
 }
 
 fn pair(tag: &str, a_ip: u8, b_ip: u8) -> Pair {
-    let d = dir(tag);
+    let d = LAB.dir(tag);
     let wa = window(&format!("{tag}-a"), 4 << 20);
     let wb = window(&format!("{tag}-b"), 4 << 20);
-    let a = node(&d, ip(a_ip), u64::from(a_ip), Some(wa.clone()));
-    let b = node(&d, ip(b_ip), u64::from(b_ip), Some(wb.clone()));
-    let at_a = SocketAddr::new(ip(a_ip), 6000);
-    let at_b = SocketAddr::new(ip(b_ip), 6001);
+    let a = LAB.node_with_window(&d, LAB.ip(a_ip), u64::from(a_ip), wa.clone());
+    let b = LAB.node_with_window(&d, LAB.ip(b_ip), u64::from(b_ip), wb.clone());
+    let at_a = SocketAddr::new(LAB.ip(a_ip), 6000);
+    let at_b = SocketAddr::new(LAB.ip(b_ip), 6001);
     let sa = sock(&a, at_a);
     let sb = sock(&b, at_b);
     Pair {
@@ -507,13 +451,13 @@ fn test_bad_cookie_costs_the_message_and_that_connection_only() {
 
 #[test]
 fn test_rdma_args_checks_in_linux_order_and_cancel_notifies() {
-    let d = dir("args");
+    let d = LAB.dir("args");
     let w = window("args", 1 << 20);
-    let a = node(&d, ip(21), 21, Some(w.clone()));
-    let s = sock(&a, SocketAddr::new(ip(21), 6000));
-    let _s2 = sock(&a, SocketAddr::new(ip(21), 6002));
+    let a = LAB.node_with_window(&d, LAB.ip(21), 21, w.clone());
+    let s = sock(&a, SocketAddr::new(LAB.ip(21), 6000));
+    let _s2 = sock(&a, SocketAddr::new(LAB.ip(21), 6002));
     // Nobody serves 10.79.0.99: messages to it stay queued.
-    let nowhere = SocketAddr::new(ip(99), 6001);
+    let nowhere = SocketAddr::new(LAB.ip(99), 6001);
     let good = rdma_args(
         &w,
         0,
@@ -602,7 +546,7 @@ fn test_rdma_args_checks_in_linux_order_and_cancel_notifies() {
         "no atomics in the fabric"
     );
     assert_eq!(
-        try_send(&[good], SocketAddr::new(ip(21), 6002)),
+        try_send(&[good], SocketAddr::new(LAB.ip(21), 6002)),
         Err(95),
         "RDMA to an address of this node"
     );

@@ -6,7 +6,7 @@ sends it back.
 
 Binds ADDR:PORT (SO_RDS_TRANSPORT ib by default: the kernel's rds_rdma), expects COUNT
 messages, message i of SIZES[i % len] bytes being the pattern stream from offset
-i * 7919 % 1 MiB (the same xorshift32 stream as perf/src/rds/echo.rs), and echoes each to
+i * 7919 % 1 MiB (the same xorshift32 stream as perf/src/rds/pattern.rs), and echoes each to
 its sender as it arrives. Prints one line: `peer: OK N messages ...` or `peer: FAIL ...`
 naming the first difference; exit status 0 only when all COUNT arrived byte-exact, in
 order, once (it listens 2 s after the last one for a duplicate).

@@ -22,29 +22,17 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{Guarded, TempDir, port, serial, with_rsocket};
+use common::{
+    BY_SETUP, TempDir, port, program, rsocket_listening, run_client, serial, start_server,
+    with_rsocket,
+};
 
 /// Hang guard for one client run.
 const RUN_LIMIT: Duration = Duration::from_secs(600);
 /// How long a server may take to exit after its client did.
 const EXIT_LIMIT: Duration = Duration::from_secs(60);
-
-/// The installed program, or `None` after printing why the test is skipped.
-fn program(name: &str) -> Option<String> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let found = std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file());
-    if found.is_none() {
-        eprintln!(
-            "skipped: {name} is not installed; install it (scripts/setup.sh as root) to run \
-             this test"
-        );
-    }
-    found.map(|p| p.to_str().expect("utf-8 path").to_owned())
-}
 
 /// librdmacm's `librspreload.so`, or `None` after printing why the test is skipped.
 fn preload() -> Option<PathBuf> {
@@ -97,16 +85,6 @@ fn command(dir: &Path, exe: &str, args: &[String], s: Setup<'_>) -> Command {
     c
 }
 
-/// True once a listener on `port` exists in the shm rendezvous directory: proof that the
-/// server listens on this library's rsockets, not on a kernel socket.
-fn listening(dir: &Path, port: u16) -> bool {
-    let suffix = format!("_{port}.sock");
-    std::fs::read_dir(dir.join("listen")).is_ok_and(|d| {
-        d.flatten()
-            .any(|e| e.file_name().to_string_lossy().ends_with(&suffix))
-    })
-}
-
 /// Runs a server and a client of `exe`; returns the client's output and the server's
 /// (stdout then stderr for each). Panics if either fails or hangs.
 fn run_pair(
@@ -123,34 +101,17 @@ fn run_pair(
     let dir = TempDir::new(&format!("preload-{name}-{port_offset}"));
     let p = port(port_offset);
     let sargs = server(p);
-    let mut srv = Guarded::new(
-        command(&dir.0, exe, &sargs, s)
-            .spawn()
-            .expect("starting the server"),
-        format!("{name} server"),
+    let mut srv = start_server(
+        command(&dir.0, exe, &sargs, s),
+        format!("{name} {sargs:?}"),
+        || rsocket_listening(&dir.0, p),
     );
-    let t0 = Instant::now();
-    while !listening(&dir.0, p) {
-        if !srv.running() {
-            let (st, out, err) = srv.wait_for(EXIT_LIMIT).expect("exited");
-            panic!("{name} {sargs:?} exited before listening ({st}):\n{out}\n{err}");
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "{name} {sargs:?} did not listen on rsockets within 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
     let cargs = client(p);
-    let mut cli = Guarded::new(
-        command(&dir.0, exe, &cargs, s)
-            .spawn()
-            .expect("starting the client"),
-        format!("{name} client"),
+    let (cst, cout, cerr) = run_client(
+        command(&dir.0, exe, &cargs, s),
+        format!("{name} {cargs:?}: the client"),
+        RUN_LIMIT,
     );
-    let Some((cst, cout, cerr)) = cli.wait_for(RUN_LIMIT) else {
-        panic!("{name} {cargs:?}: the client did not finish within {RUN_LIMIT:?} (killed)");
-    };
     let (sst, sout, serr) = if s.server == ServerEnd::Exits {
         srv.wait_for(EXIT_LIMIT).unwrap_or_else(|| {
             panic!("{name} {sargs:?}: the server did not exit within {EXIT_LIMIT:?}")
@@ -162,14 +123,7 @@ fn run_pair(
             srv.running() || s.server == ServerEnd::Any,
             "{name} {sargs:?}: the server died"
         );
-        let mut c = srv.child.take().expect("started");
-        c.kill().expect("stopping the server");
-        let out = c.wait_with_output().expect("server output");
-        (
-            out.status,
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        srv.stop()
     };
     let report = format!("client {cst}:\n{cout}\n{cerr}\nserver {sst}:\n{sout}\n{serr}");
     assert!(cst.success(), "{name} {cargs:?} failed:\n{report}");
@@ -199,7 +153,7 @@ fn rows(out: &str) -> Vec<String> {
 /// (a self-deadlock on every run).
 #[test]
 fn rsocket_programs_start_with_the_preload_loaded() {
-    let (Some(exe), Some(pre)) = (program("rstream"), preload()) else {
+    let (Some(exe), Some(pre)) = (program("rstream", BY_SETUP), preload()) else {
         return;
     };
     let setup = Setup {
@@ -222,7 +176,7 @@ fn rsocket_programs_start_with_the_preload_loaded() {
 /// `rstream -T s` (kernel socket calls) through librspreload.so completes every size.
 #[test]
 fn rstream_sockets_through_the_preload_every_size() {
-    let (Some(exe), Some(pre)) = (program("rstream"), preload()) else {
+    let (Some(exe), Some(pre)) = (program("rstream", BY_SETUP), preload()) else {
         return;
     };
     let setup = Setup {
@@ -265,7 +219,7 @@ fn rstream_sockets_through_the_preload_every_size() {
 /// only returns by reading, and the client hung.
 #[test]
 fn rstream_sockets_with_different_plans_at_each_end_complete_like_tcp() {
-    let (Some(exe), Some(pre)) = (program("rstream"), preload()) else {
+    let (Some(exe), Some(pre)) = (program("rstream", BY_SETUP), preload()) else {
         return;
     };
     let setup = Setup {
@@ -305,7 +259,7 @@ fn sockperf_p50(out: &str) -> Option<f64> {
 }
 
 fn sockperf(port_offset: u16, env: &[(&str, &str)]) -> Option<(String, String)> {
-    let (Some(exe), Some(pre)) = (program("sockperf"), preload()) else {
+    let (Some(exe), Some(pre)) = (program("sockperf", BY_SETUP), preload()) else {
         return None;
     };
     let setup = Setup {
@@ -357,7 +311,7 @@ fn sockperf_tcp_ping_pong_with_linux_sendto() {
 /// librdmacm, so sockperf's TCP ping-pong cannot send.
 #[test]
 fn sockperf_tcp_ping_pong_keeps_librdmacm_eisconn_by_default() {
-    let (Some(exe), Some(pre)) = (program("sockperf"), preload()) else {
+    let (Some(exe), Some(pre)) = (program("sockperf", BY_SETUP), preload()) else {
         return;
     };
     let _one = serial();
@@ -368,25 +322,18 @@ fn sockperf_tcp_ping_pong_keeps_librdmacm_eisconn_by_default() {
         env: &[],
         server: ServerEnd::Runs,
     };
-    let mut srv = Guarded::new(
+    let ps = p.to_string();
+    let _srv = start_server(
         command(
             &dir.0,
             &exe,
-            &args(&["sr", "--tcp", "-i", "127.0.0.1", "-p", &p.to_string()]),
+            &args(&["sr", "--tcp", "-i", "127.0.0.1", "-p", &ps]),
             setup,
-        )
-        .spawn()
-        .expect("starting the server"),
+        ),
         "sockperf server",
+        || rsocket_listening(&dir.0, p),
     );
-    let t0 = Instant::now();
-    while !listening(&dir.0, p) {
-        assert!(srv.running(), "the sockperf server exited");
-        assert!(t0.elapsed() < Duration::from_secs(60), "no listener");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let ps = p.to_string();
-    let mut cli = Guarded::new(
+    let (_, out, err) = run_client(
         command(
             &dir.0,
             &exe,
@@ -403,12 +350,10 @@ fn sockperf_tcp_ping_pong_keeps_librdmacm_eisconn_by_default() {
                 "1",
             ]),
             setup,
-        )
-        .spawn()
-        .expect("starting the client"),
+        ),
         "sockperf client",
+        RUN_LIMIT,
     );
-    let (_, out, err) = cli.wait_for(RUN_LIMIT).expect("the client finished");
     let all = format!("{out}\n{err}");
     assert!(
         all.contains("Transport endpoint is already connected") || all.contains("EISCONN"),
@@ -423,7 +368,7 @@ fn sockperf_tcp_ping_pong_keeps_librdmacm_eisconn_by_default() {
 /// `iperf` (kernel socket calls, a thread per connection) through the preload.
 #[test]
 fn iperf_through_the_preload() {
-    let (Some(exe), Some(pre)) = (program("iperf"), preload()) else {
+    let (Some(exe), Some(pre)) = (program("iperf", BY_SETUP), preload()) else {
         return;
     };
     let setup = Setup {
@@ -449,7 +394,7 @@ fn iperf_through_the_preload() {
 /// this library (`LD_BIND_NOW` makes the loader resolve them all at start).
 #[test]
 fn qperf_loads() {
-    let Some(exe) = program("qperf") else {
+    let Some(exe) = program("qperf", BY_SETUP) else {
         return;
     };
     let _one = serial();

@@ -11,10 +11,12 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{Guarded, TempDir, port, serial, with_rsocket};
+use common::{
+    Guarded, TempDir, port, program, rsocket_listening, run_client, serial, start_server,
+    with_rsocket,
+};
 
 /// Hang guard for one client run (release builds take seconds).
 const RUN_LIMIT: Duration = Duration::from_secs(600);
@@ -30,62 +32,32 @@ const ALL_SIZES: [&str; 33] = [
 /// The sizes of a default run.
 const DEFAULT_SIZES: [&str; 4] = ["64", "4k", "64k", "1m"];
 
-/// The installed program, or `None` after printing why the test is skipped.
-fn program(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let found = std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file());
-    if found.is_none() {
-        eprintln!(
-            "skipped: {name} is not installed; install rdmacm-utils (apt-get install \
-             rdmacm-utils) to run this test"
-        );
-    }
-    found
-}
+/// How to install the programs these tests run.
+const RDMACM_UTILS: &str = "install rdmacm-utils (apt-get install rdmacm-utils)";
 
 /// Runs server and client; returns both standard outputs.
 fn run_pair(prog: &str, port_offset: u16, args: &[&str]) -> Option<(String, String)> {
-    let exe = program(prog)?;
-    let exe = exe.to_str().expect("utf-8 path");
+    let exe = program(prog, RDMACM_UTILS)?;
     let _one = serial();
     let dir = TempDir::new(&format!("{prog}-{port_offset}"));
-    let p = port(port_offset).to_string();
-    let mut sargs = vec!["-p", p.as_str()];
+    let p = port(port_offset);
+    let ps = p.to_string();
+    let mut sargs = vec!["-p", ps.as_str()];
     sargs.extend_from_slice(args);
-    let mut server = Guarded::new(
-        with_rsocket(&dir.0, exe, &sargs)
-            .spawn()
-            .expect("starting the server"),
-        format!("{prog} server"),
-    );
     // The server listens once its listener socket appears in the rendezvous directory:
     // proof that it runs on this library's shm fabric, not on kernel sockets.
-    let listener = dir.0.join("listen").join(format!("0.0.0.0_{p}.sock"));
-    let t0 = Instant::now();
-    while !listener.exists() {
-        if !server.running() {
-            let (st, out, err) = server.wait_for(EXIT_LIMIT).expect("exited");
-            panic!("{prog} server exited before listening ({st}):\n{out}\n{err}");
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "{prog} server did not listen within 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let mut cargs = vec!["-s", "127.0.0.1", "-p", p.as_str()];
-    cargs.extend_from_slice(args);
-    let mut client = Guarded::new(
-        with_rsocket(&dir.0, exe, &cargs)
-            .spawn()
-            .expect("starting the client"),
-        format!("{prog} client"),
+    let mut server = start_server(
+        with_rsocket(&dir.0, &exe, &sargs),
+        format!("{prog} server"),
+        || rsocket_listening(&dir.0, p),
     );
-    let Some((cst, cout, cerr)) = client.wait_for(RUN_LIMIT) else {
-        panic!("{prog} {args:?}: the client did not finish within {RUN_LIMIT:?} (killed)");
-    };
+    let mut cargs = vec!["-s", "127.0.0.1", "-p", ps.as_str()];
+    cargs.extend_from_slice(args);
+    let (cst, cout, cerr) = run_client(
+        with_rsocket(&dir.0, &exe, &cargs),
+        format!("{prog} {args:?}: the client"),
+        RUN_LIMIT,
+    );
     let Some((sst, sout, serr)) = server.wait_for(EXIT_LIMIT) else {
         panic!("{prog} {args:?}: the server did not exit within {EXIT_LIMIT:?} of its client");
     };
@@ -197,7 +169,7 @@ fn riostream_verified() {
 /// per-size ratios.
 #[test]
 fn rstream_compare_prints_both_tables_and_ratios() {
-    if program("rstream").is_none() {
+    if program("rstream", RDMACM_UTILS).is_none() {
         return;
     }
     let _one = serial();

@@ -19,41 +19,15 @@ mod common;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{Guarded, TempDir, port, rspreload, serial, with_rsocket};
+use common::{
+    BY_SETUP, Guarded, TempDir, kernel_listening, port, program, rspreload, run_client, serial,
+    start_server, with_rsocket,
+};
 
 /// Hang guard for one client run.
 const RUN_LIMIT: Duration = Duration::from_secs(300);
-
-/// The installed program, or `None` after printing why the test is skipped.
-fn program(name: &str) -> Option<String> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let found = std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file());
-    if found.is_none() {
-        eprintln!(
-            "skipped: {name} is not installed; install it (scripts/setup.sh as root) to run \
-             this test"
-        );
-    }
-    found.map(|p| p.to_str().expect("utf-8 path").to_owned())
-}
-
-/// True once a kernel TCP listener on `port` exists (the preload listens on kernel
-/// sockets; connections move to rsockets afterwards).
-fn kernel_listening(port: u16) -> bool {
-    let hex = format!(":{port:04X} ");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).is_ok_and(|t| {
-            t.lines().skip(1).any(|l| {
-                let cols: Vec<&str> = l.split_whitespace().collect();
-                cols.len() > 3 && format!("{} ", cols[1]).ends_with(&hex) && cols[3] == "0A"
-            })
-        })
-    })
-}
 
 fn command(dir: &Path, exe: &str, args: &[String], env: &[(&str, &str)]) -> std::process::Command {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -73,50 +47,27 @@ fn args(v: &[&str]) -> Vec<String> {
 
 /// A server through the preload, listening.
 fn server(dir: &Path, exe: &str, sargs: &[String], p: u16, env: &[(&str, &str)]) -> Guarded {
-    let mut srv = Guarded::new(
-        command(dir, exe, sargs, env)
-            .spawn()
-            .expect("starting the server"),
-        format!("{exe} server"),
-    );
-    let t0 = Instant::now();
-    while !kernel_listening(p) {
-        if !srv.running() {
-            let (st, out, err) = srv.wait_for(Duration::from_secs(5)).expect("exited");
-            panic!("{exe} {sargs:?} exited before listening ({st}):\n{out}\n{err}");
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "{exe} did not listen within 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    srv
+    start_server(
+        command(dir, exe, sargs, env),
+        format!("{exe} {sargs:?}"),
+        || kernel_listening(p),
+    )
 }
 
 /// Stops a server that serves on; returns its output (stdout, stderr).
 fn stop(mut srv: Guarded) -> (String, String) {
     assert!(srv.running(), "{}: the server died", srv.what);
-    let mut c = srv.child.take().expect("started");
-    c.kill().expect("stopping the server");
-    let out = c.wait_with_output().expect("server output");
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let (_, out, err) = srv.stop();
+    (out, err)
 }
 
 /// Runs a client through the preload; returns stdout and stderr, panicking on failure.
 fn client(dir: &Path, exe: &str, cargs: &[String], env: &[(&str, &str)]) -> (String, String) {
-    let mut cli = Guarded::new(
-        command(dir, exe, cargs, env)
-            .spawn()
-            .expect("starting the client"),
-        format!("{exe} client"),
+    let (st, out, err) = run_client(
+        command(dir, exe, cargs, env),
+        format!("{exe} {cargs:?}: the client"),
+        RUN_LIMIT,
     );
-    let Some((st, out, err)) = cli.wait_for(RUN_LIMIT) else {
-        panic!("{exe} {cargs:?}: the client did not finish within {RUN_LIMIT:?} (killed)");
-    };
     assert!(st.success(), "{exe} {cargs:?} failed ({st}):\n{out}\n{err}");
     (out, err)
 }
@@ -152,7 +103,7 @@ fn qperf_results(out: &str) -> Vec<(String, f64, String)> {
 
 #[test]
 fn qperf_tcp_lat_and_tcp_bw_through_the_preload_with_a_forking_server() {
-    let Some(exe) = program("qperf") else {
+    let Some(exe) = program("qperf", BY_SETUP) else {
         return;
     };
     let _one = serial();
@@ -209,7 +160,7 @@ fn qperf_tcp_lat_and_tcp_bw_through_the_preload_with_a_forking_server() {
 
 #[test]
 fn qperf_server_survives_a_hostile_handshake() {
-    let Some(exe) = program("qperf") else {
+    let Some(exe) = program("qperf", BY_SETUP) else {
         return;
     };
     let _one = serial();
@@ -267,7 +218,7 @@ fn rows(out: &str) -> Vec<String> {
 #[test]
 #[ignore = "long: rstream's 66 runs"]
 fn rstream_sockets_through_the_preload_every_size() {
-    let Some(exe) = program("rstream") else {
+    let Some(exe) = program("rstream", BY_SETUP) else {
         return;
     };
     let _one = serial();
@@ -303,7 +254,7 @@ fn rstream_sockets_through_the_preload_every_size() {
 
 #[test]
 fn iperf_through_the_preload() {
-    let Some(exe) = program("iperf") else {
+    let Some(exe) = program("iperf", BY_SETUP) else {
         return;
     };
     let _one = serial();
@@ -328,7 +279,7 @@ fn iperf_through_the_preload() {
 
 #[test]
 fn sockperf_tcp_ping_pong_through_the_preload_with_linux_sendto() {
-    let Some(exe) = program("sockperf") else {
+    let Some(exe) = program("sockperf", BY_SETUP) else {
         return;
     };
     let _one = serial();

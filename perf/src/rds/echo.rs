@@ -4,9 +4,9 @@
 //!
 //! This side sends `-c` messages from `-r ADDR:PORT` to `-s PEER:PEER_PORT`, their sizes
 //! cycling through `--sizes` (0 to 1 MiB: fragmentation both ways), at most `-d` of them
-//! unanswered; the peer checks each one and sends it back. Message `i` of `n` bytes is
-//! `pattern()[off(i)..off(i) + n]` ([`message`]), a xorshift32 stream the peer computes
-//! the same way, so both sides can check every byte and the order: the peer that the
+//! unanswered; the peer checks each one and sends it back. Message `i` of `n` bytes is a
+//! slice of a xorshift32 stream the peer computes the same way ([`pattern`](super::pattern)'s echo
+//! stream), so both sides can check every byte and the order: the peer that the
 //! `i`-th message it got is message `i`, this side that the `i`-th echo is. Afterwards it
 //! waits a second for anything more (a duplicate). Any difference ends the run with the
 //! first one found.
@@ -20,15 +20,12 @@ use dataplane::rds::{RdsError, Received, RecvFlags, SendFlags};
 use lcore::time::{Clock, RealClock};
 use serde_json::json;
 
+use super::pattern::{EchoStream, MAX_MSG, difference};
 use super::{RdsFabric, all_counters, node, set_buffers};
 use crate::common::Common;
 use crate::harness::run_on;
 use crate::{PerfError, Report};
 
-/// Largest RDS message.
-const MAX_MSG: usize = 1 << 20;
-/// Bytes of the pattern stream: any message fits at any offset.
-const PATTERN_LEN: usize = 2 * MAX_MSG;
 /// How long the run listens for more after the last echo.
 const QUIET: Duration = Duration::from_secs(1);
 /// Default sizes: around the 4 KiB fragment, the 48-byte header, and up to 1 MiB.
@@ -64,38 +61,6 @@ pub struct EchoArgs {
     /// The provider.
     #[command(flatten)]
     pub fabric: RdsFabric,
-}
-
-/// The pattern stream both sides compute: xorshift32 from `0x2545_f491`, each word
-/// little-endian.
-pub fn pattern() -> Vec<u8> {
-    let mut v = Vec::with_capacity(PATTERN_LEN);
-    let mut x: u32 = 0x2545_f491;
-    while v.len() < PATTERN_LEN {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    v
-}
-
-/// Message `i` of `len` bytes: the pattern from offset `i × 7919 mod 1 MiB`.
-pub fn message(pattern: &[u8], i: u64, len: usize) -> &[u8] {
-    let off = (i.wrapping_mul(7919) % MAX_MSG as u64) as usize;
-    &pattern[off..off + len]
-}
-
-/// Where `got` first differs from `want`: a sentence, or `None` if equal.
-fn difference(got: &[u8], want: &[u8]) -> Option<String> {
-    if got.len() != want.len() {
-        return Some(format!("{} bytes, expected {}", got.len(), want.len()));
-    }
-    let at = got.iter().zip(want).position(|(a, b)| a != b)?;
-    Some(format!(
-        "byte {at} is {:#04x}, expected {:#04x}",
-        got[at], want[at]
-    ))
 }
 
 /// The result of a run.
@@ -145,7 +110,7 @@ impl EchoArgs {
 
     fn exchange(&self) -> Result<EchoReport, PerfError> {
         let fail = |m: String| Err(PerfError::Fabric(format!("rds-echo: {m}")));
-        let pat = pattern();
+        let stream = EchoStream::new();
         let clock = RealClock::new();
         let frags = (self.depth as u32 * 2 * 257 + 1024).min(1 << 19);
         let mut n = node(&self.fabric, None, self.local, 3, frags, 16)?;
@@ -169,7 +134,7 @@ impl EchoArgs {
             let now = clock.now();
             n.poll(now);
             while sent < self.count && sent - echoed < self.depth {
-                let m = message(&pat, sent, self.size(sent));
+                let m = stream.message(sent, self.size(sent));
                 match n
                     .engine_mut()
                     .send_to(now, s, Some(to), m, SendFlags::DONTWAIT)
@@ -206,7 +171,7 @@ impl EchoArgs {
                         if truncated {
                             return fail(format!("echo {echoed} is longer than 1 MiB"));
                         }
-                        let want = message(&pat, echoed, self.size(echoed));
+                        let want = stream.message(echoed, self.size(echoed));
                         if let Some(d) = difference(&buf[..len], want) {
                             return fail(format!(
                                 "echo {echoed} (message of {} bytes): {d}",
@@ -273,38 +238,5 @@ impl Report for EchoReport {
             writeln!(out, "  {k:<32} {v:>12}")?;
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn test_pattern_known_words() {
-        // The peer script computes the same stream: its first words are these.
-        let p = pattern();
-        assert_eq!(p.len(), PATTERN_LEN);
-        let w0 = u32::from_le_bytes(p[0..4].try_into().unwrap());
-        let mut x: u32 = 0x2545_f491;
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        assert_eq!(w0, x);
-        assert_eq!(message(&p, 1, 4), &p[7919..7923]);
-        assert_eq!(message(&p, 0, MAX_MSG).len(), MAX_MSG);
-    }
-
-    #[test]
-    fn test_difference_names_first_byte() {
-        assert_eq!(difference(b"abc", b"abc"), None);
-        assert_eq!(
-            difference(b"abd", b"abc").as_deref(),
-            Some("byte 2 is 0x64, expected 0x63")
-        );
-        assert_eq!(
-            difference(b"ab", b"abc").as_deref(),
-            Some("2 bytes, expected 3")
-        );
     }
 }

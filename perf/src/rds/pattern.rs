@@ -1,6 +1,9 @@
-//! The message schedule and payload pattern of `dp-perf rds-check`, and the receiver's
-//! bookkeeping: which messages came, which twice, which late, which wrong.
+//! The payload patterns of the RDS perf commands, the way both ends of a run derive them:
+//! `dp-perf rds-check`'s message schedule and pattern with the receiver's bookkeeping
+//! (which messages came, which twice, which late, which wrong), and `dp-perf rds-echo`'s
+//! stream (`EchoStream`).
 //!
+//! ## rds-check
 //! Both ends compute the same schedule from `(count, seed)`, so a receiver knows every
 //! message's size without being told. `scripts/rds-check-kernel.py` implements the same
 //! three functions for the kernel's `AF_RDS` sockets; keep them in step.
@@ -12,6 +15,13 @@
 //!   `off = (j * 97 + size * 13) % 251`; a message of 8 bytes or more carries `j` (little
 //!   endian) in its first 8 bytes instead. The period of 251 (a prime, not 256) makes a
 //!   dropped, repeated or shifted byte anywhere in a message show.
+//!
+//! ## rds-echo
+//!
+//! A stream of 2 MiB, xorshift32 from `0x2545_f491` with each word little-endian; message
+//! `i` of `n` bytes is the stream from offset `i × 7919 mod 1 MiB`. Its peer,
+//! `scripts/kernel-lab/rds_echo_peer.py`, computes the same stream and checks every
+//! message against it before it echoes it; keep them in step.
 
 /// The largest RDS message.
 pub(super) const MAX_MSG: usize = 1 << 20;
@@ -75,6 +85,47 @@ fn matches(j: u64, data: &[u8]) -> bool {
         .iter()
         .enumerate()
         .all(|(k, &b)| b == ((off + start + k) % 251) as u8)
+}
+
+/// Bytes of the echo stream: any message fits at any offset.
+const ECHO_STREAM_LEN: usize = 2 * MAX_MSG;
+
+/// `dp-perf rds-echo`'s payload stream (see the module's doc).
+#[derive(Debug)]
+pub(super) struct EchoStream(Vec<u8>);
+
+impl EchoStream {
+    /// The stream, computed once per run (2 MiB).
+    pub(super) fn new() -> Self {
+        let mut v = Vec::with_capacity(ECHO_STREAM_LEN);
+        let mut x: u32 = 0x2545_f491;
+        while v.len() < ECHO_STREAM_LEN {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            v.extend_from_slice(&x.to_le_bytes());
+        }
+        Self(v)
+    }
+
+    /// Message `i` of `len` bytes (at most [`MAX_MSG`]): the stream from offset
+    /// `i × 7919 mod 1 MiB`.
+    pub(super) fn message(&self, i: u64, len: usize) -> &[u8] {
+        let off = (i.wrapping_mul(7919) % MAX_MSG as u64) as usize;
+        &self.0[off..off + len]
+    }
+}
+
+/// Where `got` first differs from `want`: a sentence, or `None` if equal.
+pub(super) fn difference(got: &[u8], want: &[u8]) -> Option<String> {
+    if got.len() != want.len() {
+        return Some(format!("{} bytes, expected {}", got.len(), want.len()));
+    }
+    let at = got.iter().zip(want).position(|(a, b)| a != b)?;
+    Some(format!(
+        "byte {at} is {:#04x}, expected {:#04x}",
+        got[at], want[at]
+    ))
 }
 
 /// What a receiver made of the messages of a run.
@@ -266,6 +317,54 @@ mod tests {
         let mut c = Checker::new(300, 1);
         c.take(4003, &msg(&sizes, 274));
         assert_eq!((c.tally().received, c.tally().corrupt), (1, 0));
+    }
+
+    #[test]
+    fn test_pattern_known_words() {
+        // The peer script computes the same stream: its first words are these.
+        let p = EchoStream::new();
+        assert_eq!(p.0.len(), ECHO_STREAM_LEN);
+        let w0 = u32::from_le_bytes(p.0[0..4].try_into().unwrap());
+        let mut x: u32 = 0x2545_f491;
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        assert_eq!(w0, x);
+        assert_eq!(p.message(1, 4), &p.0[7919..7923]);
+        assert_eq!(p.message(0, MAX_MSG).len(), MAX_MSG);
+    }
+
+    #[test]
+    fn test_echo_stream_is_the_peer_scripts() {
+        // Computed by scripts/kernel-lab/rds_echo_peer.py's pattern() and message().
+        let p = EchoStream::new();
+        let hex = |m: &[u8]| m.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        assert_eq!(hex(p.message(0, 8)), "3ab624e1ab749a8b");
+        assert_eq!(hex(p.message(1, 8)), "d9b33f600df8055d");
+        assert_eq!(hex(p.message(133, 8)), "6ac4e4b8f2546922");
+        assert_eq!(
+            p.message(1 << 40, 8),
+            p.message(0, 8),
+            "offsets wrap at 1 MiB"
+        );
+        // An echo of another message (one out of order) is told apart.
+        assert_eq!(
+            difference(p.message(4, 4097), p.message(3, 4097)).as_deref(),
+            Some("byte 0 is 0x31, expected 0x95")
+        );
+    }
+
+    #[test]
+    fn test_difference_names_first_byte() {
+        assert_eq!(difference(b"abc", b"abc"), None);
+        assert_eq!(
+            difference(b"abd", b"abc").as_deref(),
+            Some("byte 2 is 0x64, expected 0x63")
+        );
+        assert_eq!(
+            difference(b"ab", b"abc").as_deref(),
+            Some("2 bytes, expected 3")
+        );
     }
 
     #[test]

@@ -124,6 +124,26 @@ impl Guarded {
             .as_mut()
             .is_some_and(|c| c.try_wait().ok().flatten().is_none())
     }
+
+    /// Waits up to `limit` for a child that must finish by itself (a client); panics,
+    /// having killed it, if it does not.
+    pub fn finish(&mut self, limit: Duration) -> (ExitStatus, String, String) {
+        self.wait_for(limit)
+            .unwrap_or_else(|| panic!("{} did not finish within {limit:?} (killed)", self.what))
+    }
+
+    /// Stops a child that would serve on (a server): kills it by its pid, then returns its
+    /// status and output.
+    pub fn stop(mut self) -> (ExitStatus, String, String) {
+        let mut c = self.child.take().expect("started, and not waited for yet");
+        c.kill().expect("stopping the server");
+        let out = c.wait_with_output().expect("server output");
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
 }
 
 impl Drop for Guarded {
@@ -133,6 +153,80 @@ impl Drop for Guarded {
             let _ = c.wait();
         }
     }
+}
+
+/// The installed program `name` (searched in `$PATH`), or `None` after printing why the
+/// test is skipped and what to do: `install` says how to install it.
+pub fn program(name: &str, install: &str) -> Option<String> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file());
+    if found.is_none() {
+        eprintln!("skipped: {name} is not installed; {install} to run this test");
+    }
+    found.map(|p| p.to_str().expect("utf-8 path").to_owned())
+}
+
+/// The install hint of the programs `scripts/setup.sh` installs, for [`program`].
+pub const BY_SETUP: &str = "install it (scripts/setup.sh as root)";
+
+/// Starts the server `cmd` (named `what` in messages) and waits until `listening` says
+/// it listens. Panics with its output if it exits first, or after 60 s.
+pub fn start_server(
+    mut cmd: Command,
+    what: impl Into<String>,
+    listening: impl Fn() -> bool,
+) -> Guarded {
+    let mut srv = Guarded::new(cmd.spawn().expect("starting the server"), what);
+    let t0 = Instant::now();
+    while !listening() {
+        if !srv.running() {
+            let (st, out, err) = srv.finish(Duration::from_secs(60));
+            panic!("{} exited before listening ({st}):\n{out}\n{err}", srv.what);
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "{} did not listen within 60 s",
+            srv.what
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    srv
+}
+
+/// Runs the client `cmd` (named `what` in messages) to its end; returns its status and
+/// output. Panics, having killed it, if it runs longer than `limit`.
+pub fn run_client(
+    mut cmd: Command,
+    what: impl Into<String>,
+    limit: Duration,
+) -> (ExitStatus, String, String) {
+    Guarded::new(cmd.spawn().expect("starting the client"), what).finish(limit)
+}
+
+/// True once a listener on `port` exists in the shm rendezvous directory `dir`: proof
+/// that a server listens on this library's rsockets, not on a kernel socket.
+pub fn rsocket_listening(dir: &Path, port: u16) -> bool {
+    let suffix = format!("_{port}.sock");
+    std::fs::read_dir(dir.join("listen")).is_ok_and(|d| {
+        d.flatten()
+            .any(|e| e.file_name().to_string_lossy().ends_with(&suffix))
+    })
+}
+
+/// True once a kernel TCP listener on `port` exists (a preload listens on kernel
+/// sockets; connections move to rsockets afterwards).
+pub fn kernel_listening(port: u16) -> bool {
+    let hex = format!(":{port:04X} ");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines().skip(1).any(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                cols.len() > 3 && format!("{} ", cols[1]).ends_with(&hex) && cols[3] == "0A"
+            })
+        })
+    })
 }
 
 /// `scripts/with-rsocket PROGRAM ARGS` with the test's library and rendezvous directory,
