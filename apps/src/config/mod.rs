@@ -61,8 +61,9 @@
 //! # Files
 //!
 //! From the top down: `parse.rs` turns text into a [`Config`] (with [`Config::from_file`] and
-//! [`Config::parse`]); `validate.rs` checks the sections against each other and converts them;
-//! `rds.rs` checks the RDS stages and `rnbd.rs` the RNBD server (methods of the same checker);
+//! [`Config::parse`]); `validate/` checks the sections against each other and converts them
+//! (resources, stage references, stages: one file each); `rds.rs` checks the RDS stages and
+//! `rnbd.rs` the RNBD server (methods of the same checker);
 //! `doc.rs` turns spans into lines and serde errors into located ones; `raw.rs` holds the
 //! sections as serde sees them; `types.rs` the validated types and `error.rs` the errors,
 //! which import nothing of their siblings.

@@ -69,6 +69,19 @@ pub struct Incoming<'a> {
     pub private: &'a [u8],
 }
 
+impl Incoming<'_> {
+    /// The connection the request is for (`rds_conn_create`'s lookup key): our address,
+    /// the peer's, the transport it arrived on and its type of service.
+    pub fn conn_key(&self) -> ConnKey {
+        ConnKey {
+            laddr: Addr::new(self.laddr),
+            faddr: Addr::new(self.faddr),
+            transport: self.transport,
+            tos: self.tos,
+        }
+    }
+}
+
 /// The answer to an [`Incoming`] request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Accept {
@@ -572,13 +585,13 @@ impl RdsEngine {
 
     /// A peer dials us (`rds_ib_cm_handle_connect`, `rds_tcp_accept_one`).
     pub fn handle_incoming(&mut self, now: Instant, req: Incoming<'_>) -> Accept {
-        let (laddr, faddr) = (Addr::new(req.laddr), Addr::new(req.faddr));
-        if !self.local.contains_key(&laddr) || self.spec(req.transport).is_none() {
+        let key = req.conn_key();
+        if !self.local.contains_key(&key.laddr) || self.spec(req.transport).is_none() {
             return Accept::No(Reject::NotLocal);
         }
         let spec = self.spec(req.transport).expect("checked");
         let message = spec.path.flavor == crate::path::Flavor::Message;
-        let v6 = !laddr.is_v4();
+        let v6 = !key.laddr.is_v4();
         let (version, peer) = if message {
             let version = match ib::negotiate_passive(req.private, v6) {
                 Ok(v) => v,
@@ -593,12 +606,6 @@ impl RdsEngine {
             (version, peer)
         } else {
             (IbVersion::V3_1, PeerParams::default())
-        };
-        let key = ConnKey {
-            laddr,
-            faddr,
-            transport: req.transport,
-            tos: req.tos,
         };
         let Some(c) = self.conn_for(key) else {
             return Accept::No(Reject::NoMemory);
@@ -627,16 +634,10 @@ impl RdsEngine {
     /// address, which then finds our connection). Returns false if the address is not
     /// ours, the transport is not registered or the connection table is full.
     pub fn handle_knock(&mut self, now: Instant, req: Incoming<'_>) -> bool {
-        let (laddr, faddr) = (Addr::new(req.laddr), Addr::new(req.faddr));
-        if !self.local.contains_key(&laddr) || self.spec(req.transport).is_none() {
+        let key = req.conn_key();
+        if !self.local.contains_key(&key.laddr) || self.spec(req.transport).is_none() {
             return false;
         }
-        let key = ConnKey {
-            laddr,
-            faddr,
-            transport: req.transport,
-            tos: req.tos,
-        };
         let Some(c) = self.conn_for(key) else {
             return false;
         };

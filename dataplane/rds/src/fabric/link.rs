@@ -183,6 +183,26 @@ const REPOST_BATCH: usize = 32;
 /// The largest inline frame the transport assembles.
 pub(crate) const INLINE_CAP: usize = 512;
 
+/// What one connection's data path works with: the engine its frames and completions go
+/// to, the time, the path the connection carries, and the transport's completion array,
+/// receive scratch and counters. Everything is borrowed (the transport owns it and lends
+/// it for one call), so making one per connection and poll costs nothing but a few
+/// pointers on the stack: the data path stays allocation-free.
+pub(crate) struct LinkCx<'a> {
+    /// The engine.
+    pub(crate) engine: &'a mut RdsEngine,
+    /// The time of this poll.
+    pub(crate) now: Instant,
+    /// The path the connection carries.
+    pub(crate) path: PathId,
+    /// Where completions are polled into (the transport's batch size).
+    pub(crate) wcs: &'a mut [Completion],
+    /// Where a received frame is copied out of its buffer before the engine parses it.
+    pub(crate) scratch: &'a mut [u8; RECV_BUF],
+    /// The transport's counters.
+    pub(crate) stats: &'a mut FabricStats,
+}
+
 impl<P: Provider> Link<P> {
     pub(crate) fn new(qp: P::Qp, res: LinkRes<P>, conn: ConnId, state: LinkState) -> Self {
         let inline_max = (qp.caps().max_inline_data as usize).min(INLINE_CAP);
@@ -203,19 +223,11 @@ impl<P: Provider> Link<P> {
 
     /// Fails the connection once the receives that completed before the failure are
     /// taken (a connection that is up only: frames of one not yet known to be up wait).
-    pub(crate) fn fail_after_receives(
-        &mut self,
-        engine: &mut RdsEngine,
-        now: Instant,
-        path: PathId,
-        wcs: &mut [Completion],
-        scratch: &mut [u8; RECV_BUF],
-        stats: &mut FabricStats,
-    ) {
+    pub(crate) fn fail_after_receives(&mut self, cx: &mut LinkCx<'_>) {
         if self.state == LinkState::Up {
-            self.poll_recv(engine, now, path, wcs, scratch, stats);
+            self.poll_recv(cx);
         }
-        self.fail(engine, now, path, stats);
+        self.fail(cx.engine, cx.now, cx.path, cx.stats);
     }
 
     /// Marks the connection failed and tells the engine (once).
@@ -238,42 +250,35 @@ impl<P: Provider> Link<P> {
     /// receives that completed before it are taken: on a reliable connection a send fails
     /// once the peer is gone, and what the peer sent before it went (its last acks) is
     /// valid. Returns the completions polled.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn poll_send(
-        &mut self,
-        engine: &mut RdsEngine,
-        now: Instant,
-        path: PathId,
-        wcs: &mut [Completion],
-        scratch: &mut [u8; RECV_BUF],
-        stats: &mut FabricStats,
-    ) -> usize {
-        let n = self.res.scq.poll(wcs);
+    pub(crate) fn poll_send(&mut self, cx: &mut LinkCx<'_>) -> usize {
+        let n = self.res.scq.poll(cx.wcs);
         if self.state == LinkState::Broken {
             return n;
         }
+        let (now, path) = (cx.now, cx.path);
         let mut done = None;
         for i in 0..n {
-            let wc = wcs[i];
+            let wc = cx.wcs[i];
             let rdma = wc.wr_id & RDMA_WR != 0;
             if !wc.is_ok() {
                 if let Some(token) = done {
-                    engine.handle_send_complete(now, path, token);
+                    cx.engine.handle_send_complete(now, path, token);
                 }
                 if rdma {
                     // rds_ib_send_unmap_rdma's status mapping; a flushed operation never
                     // ran and reports nothing (the reset drops its message).
-                    stats.rdma_errors += 1;
+                    cx.stats.rdma_errors += 1;
                     let st = match wc.status {
                         WcStatus::WrFlushErr => None,
                         WcStatus::RemAccessErr => Some(RDS_RDMA_REMOTE_ERROR),
                         _ => Some(RDS_RDMA_OTHER_ERROR),
                     };
                     if let Some(st) = st {
-                        engine.handle_rdma_failed(now, path, wc.wr_id & !RDMA_WR, st);
+                        cx.engine
+                            .handle_rdma_failed(now, path, wc.wr_id & !RDMA_WR, st);
                     }
                 }
-                self.fail_after_receives(engine, now, path, wcs, scratch, stats);
+                self.fail_after_receives(cx);
                 return n;
             }
             if !rdma {
@@ -281,7 +286,7 @@ impl<P: Provider> Link<P> {
             }
         }
         if let Some(token) = done {
-            engine.handle_send_complete(now, path, token);
+            cx.engine.handle_send_complete(now, path, token);
         }
         n
     }
@@ -289,15 +294,16 @@ impl<P: Provider> Link<P> {
     /// Receive completions: each frame goes to the engine in order; a refused frame (and
     /// everything behind it) stays and is offered again on the next poll. Taken buffers
     /// are reposted at once and reported as credits.
-    pub(crate) fn poll_recv(
-        &mut self,
-        engine: &mut RdsEngine,
-        now: Instant,
-        path: PathId,
-        wcs: &mut [Completion],
-        scratch: &mut [u8; RECV_BUF],
-        stats: &mut FabricStats,
-    ) -> usize {
+    pub(crate) fn poll_recv(&mut self, cx: &mut LinkCx<'_>) -> usize {
+        let LinkCx {
+            engine,
+            now,
+            path,
+            wcs,
+            scratch,
+            stats,
+        } = cx;
+        let (now, path) = (*now, *path);
         // Drain the queue (a batch at a time, at most a ring's worth): after a pause the
         // peer's whole window is taken in one iteration, and one credit update covers it.
         // A failed completion ends the connection, but only after the frames that

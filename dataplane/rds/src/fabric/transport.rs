@@ -15,7 +15,7 @@ use lcore::time::Instant;
 use mempool::memory::Region;
 
 use super::config::{FabricConfig, FabricStats, RECV_BUF};
-use super::link::{INLINE_CAP, Link, LinkRes, LinkState};
+use super::link::{INLINE_CAP, Link, LinkCx, LinkRes, LinkState};
 use super::rdma::{MAX_WINDOW, WINDOW_EXT_LEN, WindowMemory, append_window, peer_window};
 use crate::engine::{Accept, Incoming, RdsEngine, Reject, TransportCmd, TransportKind};
 use crate::path::{PathId, TxFrame};
@@ -398,29 +398,23 @@ impl<P: Provider> FabricTransport<P> {
                         continue;
                     };
                     if let Some(link) = self.links.get_mut(&path) {
+                        let mut cx = LinkCx {
+                            engine: &mut *engine,
+                            now,
+                            path,
+                            wcs: &mut self.wcs,
+                            scratch: &mut self.scratch,
+                            stats: &mut self.stats,
+                        };
                         // What completed before the disconnect still counts, as the
                         // successful completions ahead of the flush errors do on a verbs
                         // CQ: a peer that acked our last messages and then closed has
                         // acked them (dropping that ack would resend them to a peer that
                         // is gone, and its sender would wait for ever).
                         if link.state == LinkState::Up {
-                            link.poll_send(
-                                engine,
-                                now,
-                                path,
-                                &mut self.wcs,
-                                &mut self.scratch,
-                                &mut self.stats,
-                            );
+                            link.poll_send(&mut cx);
                         }
-                        link.fail_after_receives(
-                            engine,
-                            now,
-                            path,
-                            &mut self.wcs,
-                            &mut self.scratch,
-                            &mut self.stats,
-                        );
+                        link.fail_after_receives(&mut cx);
                     }
                 }
                 CmEvent::DeviceRemoval => {
@@ -475,22 +469,16 @@ impl<P: Provider> Transport for FabricTransport<P> {
             if link.state == LinkState::Connecting || link.state == LinkState::Accepting {
                 continue;
             }
-            work += link.poll_send(
-                engine,
+            let mut cx = LinkCx {
+                engine: &mut *engine,
                 now,
                 path,
-                &mut self.wcs,
-                &mut self.scratch,
-                &mut self.stats,
-            );
-            work += link.poll_recv(
-                engine,
-                now,
-                path,
-                &mut self.wcs,
-                &mut self.scratch,
-                &mut self.stats,
-            );
+                wcs: &mut self.wcs,
+                scratch: &mut self.scratch,
+                stats: &mut self.stats,
+            };
+            work += link.poll_send(&mut cx);
+            work += link.poll_recv(&mut cx);
         }
         work
     }
@@ -529,14 +517,14 @@ impl<P: Provider> Transport for FabricTransport<P> {
             )
             .is_err()
         {
-            link.fail_after_receives(
+            link.fail_after_receives(&mut LinkCx {
                 engine,
                 now,
                 path,
-                &mut self.wcs,
-                &mut self.scratch,
-                &mut self.stats,
-            );
+                wcs: &mut self.wcs,
+                scratch: &mut self.scratch,
+                stats: &mut self.stats,
+            });
         }
     }
 }

@@ -10,7 +10,7 @@ use dp_fabric::{
 };
 use mempool::memory::{Region, RegionConfig};
 
-use super::qp::{ConnTable, LocalMem, QpRes, errno_of, gone, poll_conn};
+use super::qp::{ConnTable, LocalMem, PathConns, QpRes, errno_of, gone, poll_conn};
 use crate::clt::{ClientIo, ClientSession, DataRef, Mapped};
 use crate::timer::Instant;
 use crate::work::{CmEvent, Conn, Dir, OutOfBounds, PathId, QpSizes, RecvBuf, Wr};
@@ -63,7 +63,9 @@ impl<P: Provider> LocalMem for PathMem<P> {
     }
 }
 
-struct CPath<P: Provider> {
+/// A path of the client: its CM channel, its registrations (once connected) and its
+/// connections by cid.
+pub(super) struct CPath<P: Provider> {
     id: PathId,
     addr: SocketAddr,
     cm: P::Cm,
@@ -350,22 +352,21 @@ fn data_access() -> Access {
     Access::LOCAL_WRITE | Access::REMOTE_WRITE
 }
 
+impl<P: Provider> PathConns<P> for CPath<P> {
+    fn conns(&mut self) -> &mut [Option<QpRes<P>>] {
+        &mut self.conns
+    }
+}
+
 impl<P: Provider> ConnTable<P> for ClientDriver<P> {
-    fn qp_at(&mut self, p: usize, cid: usize) -> Option<&mut QpRes<P>> {
-        self.paths
-            .get_mut(p)?
-            .as_mut()?
-            .conns
-            .get_mut(cid)?
-            .as_mut()
-    }
+    type Path = CPath<P>;
 
-    fn scratch(&mut self) -> &mut Vec<u8> {
-        &mut self.scratch
-    }
-
-    fn count_completion(&mut self) {
-        self.stats.completions += 1;
+    fn parts(&mut self) -> (&mut [Option<CPath<P>>], &mut Vec<u8>, &mut u64) {
+        (
+            &mut self.paths,
+            &mut self.scratch,
+            &mut self.stats.completions,
+        )
     }
 }
 

@@ -417,15 +417,43 @@ impl<P: Provider> QpRes<P> {
     }
 }
 
+/// A path of a driver, client's or server's: its connections by cid.
+pub(super) trait PathConns<P: Provider> {
+    /// The connections, by cid (`None`: never opened, or closed).
+    fn conns(&mut self) -> &mut [Option<QpRes<P>>];
+}
+
 /// A driver's table of connections, by path slot and cid: what [`poll_conn`] needs of the
-/// client's and the server's driver alike.
-pub(crate) trait ConnTable<P: Provider> {
+/// client's and the server's driver alike. A driver only names its pieces
+/// ([`parts`](Self::parts)); the lookups over them are the same for both.
+pub(super) trait ConnTable<P: Provider> {
+    /// The driver's path (a slot of the table).
+    type Path: PathConns<P>;
+
+    /// The path slots (`None`: free), the buffer a completion's payload is copied into,
+    /// and the count of completions handed to the state machine.
+    fn parts(&mut self) -> (&mut [Option<Self::Path>], &mut Vec<u8>, &mut u64);
+
     /// The live connection `cid` of path slot `p`.
-    fn qp_at(&mut self, p: usize, cid: usize) -> Option<&mut QpRes<P>>;
+    fn qp_at(&mut self, p: usize, cid: usize) -> Option<&mut QpRes<P>> {
+        self.parts()
+            .0
+            .get_mut(p)?
+            .as_mut()?
+            .conns()
+            .get_mut(cid)?
+            .as_mut()
+    }
+
     /// The buffer a completion's payload is copied into.
-    fn scratch(&mut self) -> &mut Vec<u8>;
+    fn scratch(&mut self) -> &mut Vec<u8> {
+        self.parts().1
+    }
+
     /// One completion was handed to the state machine (a statistic).
-    fn count_completion(&mut self);
+    fn count_completion(&mut self) {
+        *self.parts().2 += 1;
+    }
 }
 
 /// Polls connection `cid` of path slot `p` and hands each completion, with the payload a

@@ -11,7 +11,7 @@ use dp_fabric::{
 use mempool::memory::{Region, RegionConfig};
 
 use super::client::DriverStats;
-use super::qp::{ConnTable, LocalMem, QpRes, errno_of, gone, poll_conn};
+use super::qp::{ConnTable, LocalMem, PathConns, QpRes, errno_of, gone, poll_conn};
 use crate::srv::{CmToken, Server, ServerIo, SessId};
 use crate::timer::Instant;
 use crate::wire::SgDesc;
@@ -28,7 +28,7 @@ struct SSess {
 
 /// A path's registrations of its session's chunks, in a protection domain of its own: a
 /// client's connections reach this session's chunks and nothing else.
-struct SPath<P: Provider> {
+pub(super) struct SPath<P: Provider> {
     id: PathId,
     pd: P::Pd,
     /// Regions of `per` chunks each, in chunk order.
@@ -336,22 +336,21 @@ impl<P: Provider> ServerDriver<P> {
     }
 }
 
+impl<P: Provider> PathConns<P> for SPath<P> {
+    fn conns(&mut self) -> &mut [Option<QpRes<P>>] {
+        &mut self.conns
+    }
+}
+
 impl<P: Provider> ConnTable<P> for ServerDriver<P> {
-    fn qp_at(&mut self, p: usize, cid: usize) -> Option<&mut QpRes<P>> {
-        self.paths
-            .get_mut(p)?
-            .as_mut()?
-            .conns
-            .get_mut(cid)?
-            .as_mut()
-    }
+    type Path = SPath<P>;
 
-    fn scratch(&mut self) -> &mut Vec<u8> {
-        &mut self.scratch
-    }
-
-    fn count_completion(&mut self) {
-        self.stats.completions += 1;
+    fn parts(&mut self) -> (&mut [Option<SPath<P>>], &mut Vec<u8>, &mut u64) {
+        (
+            &mut self.paths,
+            &mut self.scratch,
+            &mut self.stats.completions,
+        )
     }
 }
 
