@@ -62,11 +62,12 @@
 //!   break the rule (expected only after a protocol violation).
 //!
 //!   **Multipath between our nodes is proven** over loopback with connections killed on
-//!   both sides under traffic (`tests/rds_tcp.rs`, 8 paths), as far as single path is:
-//!   a heavier kill loop (16 kills in 0.2 s, an ignored test) still skips a run of about
-//!   11 messages (2 runs in about 3,000), single path and multipath alike, with no connection
-//!   closed unread: a second fault, not found yet. Nodes that talk only to our nodes can
-//!   use [`TransportSpec::tcp`](crate::TransportSpec::tcp) as it is (8 paths).
+//!   both sides under traffic (`tests/rds_tcp.rs`, 8 paths): 16 kills in about 0.2 s
+//!   over 16,000 messages, every message once and in order, 0 failures in 3,920 runs.
+//!   Before the park was first in, first out and the fan-in waited for a parked path 0
+//!   (above), that load skipped or reordered a run of messages about 1 run in 1,000.
+//!   Nodes that talk only to our nodes can use
+//!   [`TransportSpec::tcp`](crate::TransportSpec::tcp) as it is (8 paths).
 //!   Against the kernel's RDS (Debian 6.1) the kernel lab shows it
 //!   (`scripts/rds-kernel-lab.sh`, the `mprds` rows): 8 paths negotiated whether we dial
 //!   (the smaller address) or the kernel does, the traffic of 8 sockets spread over
