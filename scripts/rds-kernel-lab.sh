@@ -51,6 +51,10 @@
 # ours (active) against the kernel (passive), 64 B req/ack msgs/s and 64 KiB request bandwidth (req/ack,
 # -a 16: a one-way rate is only known to the passive process), same VM run.
 #
+# A failed check row keeps both sides' JSON and stderr and our side's `rds-check --progress` log
+# (each path's state and every counter, twice a second) in target/rds-kernel-lab/<row>/: the
+# checkout outlives the VM.
+#
 # Prints a pass/fail table and ends with `rds-kernel-lab: N passed, M failed`; --json also prints
 # {"rds_kernel":{"msgs_ratio":F,"bw_ratio":F}} (ours/kernel) before that line.
 set -uo pipefail
@@ -145,6 +149,10 @@ chk_cmd() { case $1 in ours) echo "$ours_chk" ;; kernel) echo "$kern_chk" ;; esa
 # xcheck RECV_NS RECV_KIND RECV_ADDR SEND_NS SEND_KIND SEND_ADDR "RECV_OPTS" "SEND_OPTS" [DURING_FN]
 xcheck() {
   local rns=$1 rkind=$2 raddr=$3 sns=$4 skind=$5 saddr=$6 ropt=$7 sopt=$8 during=${9:-}
+  rm -f "$tmp"/recv.* "$tmp"/send.*
+  # Our side logs its progress (paths, counters) twice a second: kept with a failed row.
+  [ "$rkind" = ours ] && ropt="$ropt --progress $tmp/recv.progress"
+  [ "$skind" = ours ] && sopt="$sopt --progress $tmp/send.progress"
   # shellcheck disable=SC2086
   timeout 200 ip netns exec "$rns" $(chk_cmd "$rkind") --recv -r "$raddr" -n "${N:-$n}" $ropt >"$tmp/recv.json" 2>"$tmp/recv.err" &
   local rpid=$!; pids+=("$rpid")
@@ -165,12 +173,19 @@ tally() {  # the receiver's counts, for the detail column
   echo "recv $(field "$tmp/recv.json" received)/$(field "$tmp/recv.json" count) missing $(field "$tmp/recv.json" missing) dup $(field "$tmp/recv.json" duplicated) ooo $(field "$tmp/recv.json" out_of_order) corrupt $(field "$tmp/recv.json" corrupt) bytes $(field "$tmp/recv.json" bytes)"
 }
 errs() { tail -c 200 "$tmp/recv.err" | tr '\n' ' '; tail -c 200 "$tmp/send.err" | tr '\n' ' '; }
+# A failed check row's files (both sides' JSON and stderr, our progress log) are kept in the
+# checkout, which outlives the VM: prints where.
+keep() {
+  local d; d="$here/target/rds-kernel-lab/$(echo "$1" | tr -c 'A-Za-z0-9.-' '_' | tr -s _)"
+  mkdir -p "$d" && cp "$tmp"/recv.* "$tmp"/send.* "$d"/ 2>/dev/null
+  echo "files: ${d#"$here"/}"
+}
 whole() { [ "$(field "$tmp/recv.json" ok)" = true ] && [ "$(field "$tmp/send.json" ok)" = true ]; }
 exact() {  # name, then xcheck args
   [[ "$1" =~ $only ]] || return 0
   local name=$1; shift
   xcheck "$@"
-  if whole; then result "$name" 0 "$(tally)"; else result "$name" 1 "$(tally); sent $(field "$tmp/send.json" sent) done $(field "$tmp/send.json" done) $(errs)"; fi
+  if whole; then result "$name" 0 "$(tally)"; else result "$name" 1 "$(tally); sent $(field "$tmp/send.json" sent) done $(field "$tmp/send.json" done) $(errs) $(keep "$name")"; fi
 }
 # Congestion: the receiver stops reading for a few seconds after 20 messages; the sender must see
 # ENOBUFS (the receiver's congestion map marked its port) and the run must still be whole.
@@ -183,7 +198,7 @@ congest() {  # name, then xcheck args (the receiver's stall options are added he
   if whole && [ "$nb" != none ] && [ "$nb" -gt 0 ]; then
     result "$name" 0 "ENOBUFS $nb, EAGAIN $ea; $(tally)"
   else
-    result "$name" 1 "ENOBUFS $nb, EAGAIN $ea; $(tally); $(errs)"
+    result "$name" 1 "ENOBUFS $nb, EAGAIN $ea; $(tally); $(errs) $(keep "$name")"
   fi
 }
 # Reset: the kernel's RDS-TCP connections killed (ss -K in its namespace) while the run flows.
@@ -217,7 +232,7 @@ reset_check() {  # name, then xcheck args (without the during hook)
   if whole && [ "$killed" -gt 0 ] && [ "$lost" -gt 0 ] && python3 -c "import sys; sys.exit(0 if float('$secs') > 0.6 else 1)" 2>/dev/null; then
     result "$name" 0 "$d"
   else
-    result "$name" 1 "$d; $(errs)"
+    result "$name" 1 "$d; sent $(field "$tmp/send.json" sent) done $(field "$tmp/send.json" done) $(errs) $(keep "$name")"
   fi
 }
 # mprds: ours with --paths 8, 8 sender sockets (each hashes to its path); the kernel's side counts its
@@ -241,7 +256,7 @@ p=json.loads(sys.argv[1]) if sys.argv[1] != "none" else []
 print(sum(1 for x in p if x["tx_bytes"] + x["rx_bytes"] > (256 << 10)))' "$(field "$f" paths)")
   kc=$(cat "$tmp/kconns")
   local d="negotiated $np paths; ours: $used paths carried >256 KiB; kernel: $kc RDS-TCP conns; $(tally)"
-  if whole && [ "$np" = 8 ] && [ "$used" -gt 1 ] && [ "$kc" -gt 1 ]; then result "$name" 0 "$d"; else result "$name" 1 "$d; $(errs)"; fi
+  if whole && [ "$np" = 8 ] && [ "$used" -gt 1 ] && [ "$kc" -gt 1 ]; then result "$name" 0 "$d"; else result "$name" 1 "$d; $(errs) $(keep "$name")"; fi
 }
 
 # ---- ours (smaller address, dials) <-> kernel ----

@@ -32,6 +32,8 @@ use dataplane::rds::{RdsError, RdsSocket, Received, RecvFlags, SendFlags, Transp
 use lcore::time::{Clock, Instant, RealClock};
 use serde_json::json;
 
+use super::progress::Progress;
+
 use super::pattern::{self, Checker, MAX_MSG, Tally};
 use super::{RdsFabric, node, set_buffers};
 use crate::common::Common;
@@ -86,6 +88,10 @@ pub struct CheckArgs {
     /// Either side: give up after this many seconds in all.
     #[arg(long, default_value_t = 120)]
     pub timeout: u64,
+    /// Append a progress line to FILE twice a second (the count so far, each RDS-TCP
+    /// path's state, every non-zero counter): to read a stalled run afterwards.
+    #[arg(long, value_name = "FILE")]
+    pub progress: Option<PathBuf>,
     /// shm rendezvous directory (--transport ib over shm, both sides the same).
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
@@ -191,6 +197,18 @@ impl CheckArgs {
         Ok((n, socks))
     }
 
+    fn progress(&self, t0: Instant) -> Result<Progress, PerfError> {
+        Progress::open(self.progress.as_deref(), t0).map_err(|e| {
+            PerfError::Usage(format!(
+                "--progress {}: {e} (give a file in a writable directory)",
+                self.progress
+                    .as_deref()
+                    .unwrap_or(std::path::Path::new(""))
+                    .display()
+            ))
+        })
+    }
+
     fn report(&self, role: &'static str, n: &mut RdsNode) -> CheckReport {
         let npaths = n
             .engine()
@@ -246,9 +264,11 @@ impl CheckArgs {
         let t0 = clock.now();
         let deadline = t0.saturating_add(Duration::from_secs(self.timeout));
         let mut idle = 0u32;
+        let mut progress = self.progress(t0)?;
         while !done && clock.now() < deadline {
             let now = clock.now();
             let mut work = n.poll(now);
+            progress.tick(now, "sent", next, &mut n, false);
             while next < self.count {
                 let j = next;
                 let len = sizes[j as usize];
@@ -304,6 +324,7 @@ impl CheckArgs {
             }
             nap(&mut idle, work);
         }
+        progress.tick(clock.now(), "sent", next, &mut n, true);
         let mut r = self.report("send", &mut n);
         r.sent = next;
         r.enobufs = waits[0];
@@ -327,9 +348,11 @@ impl CheckArgs {
         let (mut first, mut last) = (None::<Instant>, t0);
         let mut stall: Option<(Instant, Instant)> = None;
         let mut idle = 0u32;
+        let mut progress = self.progress(t0)?;
         loop {
             let now = clock.now();
             let mut work = n.poll(now);
+            progress.tick(now, "received", check.tally().received, &mut n, false);
             let heard = first.is_some();
             if check.complete() || now >= deadline || (heard && now.nanos_since(last) > idle_limit)
             {
@@ -380,6 +403,7 @@ impl CheckArgs {
             nap(&mut idle, work);
         }
         let end = clock.now();
+        progress.tick(end, "received", check.tally().received, &mut n, true);
         let mut r = self.report("recv", &mut n);
         // DONE to every sender socket, then a moment for it to leave.
         let mut left = senders.clone();

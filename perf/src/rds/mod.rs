@@ -52,6 +52,7 @@ mod kernel;
 mod ksock;
 pub mod pattern;
 pub mod ping;
+mod progress;
 mod rdma;
 pub mod stress;
 
