@@ -4,8 +4,6 @@ use core::fmt;
 use core::ptr::NonNull;
 use std::sync::{Arc, PoisonError};
 
-use crossbeam_utils::CachePadded;
-
 use crate::memory::{Region, RegionConfig};
 use crate::ring::SyncType;
 
@@ -35,8 +33,8 @@ pub struct Pool {
     tag: u32,
     /// The free ring; holds every object that is neither in a cache nor allocated.
     ring: RingPort,
-    /// Counters of the cache-less path, on their own line (many writers).
-    shared: CachePadded<SharedStats>,
+    /// Counters of the cache-less path, striped over lines (many writers).
+    shared: SharedStats,
     /// Counters of the caches; locked only at cache creation/drop and by readers.
     registry: Mutex<Registry>,
     /// The memory the objects live in; dropped (unmapped) after everything else.
@@ -105,7 +103,7 @@ impl Pool {
             #[cfg(feature = "debug")]
             tag,
             ring,
-            shared: CachePadded::new(SharedStats::default()),
+            shared: SharedStats::default(),
             registry: Mutex::new(Registry::default()),
             region: Arc::new(region),
         };

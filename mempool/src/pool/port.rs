@@ -26,8 +26,13 @@ use super::ObjId;
 /// here skips the increment and is never dropped, so it never decrements; it is valid because
 /// the stored handle, which owns the reference it borrows, outlives it (the copy does not escape
 /// the `&self` call). Any write the ring makes to the copy's own fields (the cache) stays in the
-/// copy, so the cache-less path reloads the opposite tail when its stale cached value says so;
-/// [`PoolCache`](super::PoolCache)s own their handles and keep theirs.
+/// copy, so the stored handle's cache is the one loaded when the pool was made, forever. Such a
+/// copy cannot be used as it is: the counters are `u32`s, and once the side has moved about 2^32
+/// counters past it, a cache that old aliases to a plausible one (`head` within `capacity` of
+/// it again) and the ring would trust it, letting a get claim slots that hold no object when
+/// the ring is nearly empty. So every borrowed clone first reloads the opposite tail
+/// (`refresh_opp_tail`), which is the one load per operation DPDK's rings make too;
+/// [`PoolCache`](super::PoolCache)s own their handles and keep their caches.
 pub(crate) struct RingPort {
     prod: AnyProducer<ObjId>,
     cons: AnyConsumer<ObjId>,
@@ -92,6 +97,8 @@ impl RingPort {
         // SAFETY: a borrowed clone (type docs): `self.prod` is of a shared mode and outlives
         // the copy, which is never dropped and does not escape this call.
         let mut prod = ManuallyDrop::new(unsafe { ptr::read(&self.prod) });
+        // The stored cache is arbitrarily old (type docs).
+        prod.refresh_opp_tail();
         prod.enqueue_bulk(ids)
     }
 
@@ -100,6 +107,8 @@ impl RingPort {
     pub(crate) fn dequeue_bulk(&self, out: &mut [ObjId]) -> usize {
         // SAFETY: a borrowed clone (type docs), as in `enqueue_bulk`.
         let mut cons = ManuallyDrop::new(unsafe { ptr::read(&self.cons) });
+        // The stored cache is arbitrarily old (type docs).
+        cons.refresh_opp_tail();
         cons.dequeue_bulk(out)
     }
 
@@ -141,5 +150,51 @@ pub(crate) fn ring_capacity(count: u32, sync: SyncType) -> usize {
     match sync {
         SyncType::Rts => 4 * fit,
         SyncType::Single | SyncType::Multi | SyncType::Hts => fit,
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::ring::{Consumer, Hts, Multi, Producer, Rts, SyncMode};
+
+    /// A port over an empty ring of 8 slots whose stored consumer holds a copy of the producer
+    /// tail loaded 2^32 - 8 counters ago: congruent to 8 ahead of the truth, which reads as
+    /// "8 objects available", as the frozen cache of a pool's port does once the consumer
+    /// counters come back round to it.
+    fn port_with_aliased_cache<M: SyncMode>(
+        wrap: fn(Producer<ObjId, M>, Consumer<ObjId, M>) -> RingPort,
+    ) -> RingPort {
+        let (p, mut c) = Ring::<ObjId>::with_capacity_and_start::<M, M>(8, 0).unwrap();
+        c.set_cached_opp_tail(8);
+        wrap(p, c)
+    }
+
+    #[test]
+    fn test_port_get_reloads_an_aliased_producer_tail() {
+        let ports = [
+            port_with_aliased_cache::<Multi>(|p, c| RingPort {
+                prod: AnyProducer::Multi(p),
+                cons: AnyConsumer::Multi(c),
+            }),
+            port_with_aliased_cache::<Rts>(|p, c| RingPort {
+                prod: AnyProducer::Rts(p),
+                cons: AnyConsumer::Rts(c),
+            }),
+            port_with_aliased_cache::<Hts>(|p, c| RingPort {
+                prod: AnyProducer::Hts(p),
+                cons: AnyConsumer::Hts(c),
+            }),
+        ];
+        for port in ports {
+            let mode = port.sync_type();
+            let mut out = [ObjId::default(); 4];
+            assert_eq!(port.dequeue_bulk(&mut out), 0, "{mode}: the ring is empty");
+            let ids = [ObjId::new(1, 0), ObjId::new(2, 0)];
+            assert_eq!(port.enqueue_bulk(&ids), 2, "{mode}");
+            assert_eq!(port.dequeue_bulk(&mut out), 0, "{mode}: only 2 in the ring");
+            assert_eq!(port.dequeue_bulk(&mut out[..2]), 2, "{mode}");
+            assert_eq!(out[..2], ids, "{mode}");
+        }
     }
 }

@@ -192,44 +192,104 @@ impl CacheStats {
 }
 
 /// Counters of the cache-less path; any thread writes them.
+///
+/// Striped: each thread adds to one of [`SHARED_STRIPES`] line-padded copies, picked once per
+/// thread, and [`SharedStats::snapshot`] sums them. One copy written by every thread made each
+/// cache-less operation a second contended line besides the ring's own: on two cores the
+/// `fetch_add` pulled the counters' line over from the other core on every get and put, which
+/// DPDK (whose cache-less path counts nothing unless `RTE_LIBRTE_MEMPOOL_STATS` is set) does
+/// not pay. With stripes two threads add to different lines and the add stays a local locked
+/// instruction; threads beyond the stripe count share stripes, which is correct, only slower.
 #[derive(Debug, Default)]
 pub(crate) struct SharedStats {
+    stripes: [CachePadded<SharedStripe>; SHARED_STRIPES],
+}
+
+/// Stripes of [`SharedStats`]: enough that the threads of a small machine each get their own,
+/// few enough that a pool's counters stay a kilobyte.
+pub(crate) const SHARED_STRIPES: usize = 8;
+
+/// One stripe of [`SharedStats`].
+#[derive(Debug, Default)]
+struct SharedStripe {
     gets: AtomicU64,
     puts: AtomicU64,
     empty: AtomicU64,
 }
 
+/// The stripe of the calling thread: assigned round-robin on the thread's first cache-less
+/// operation (on any pool), then fixed.
+#[cfg(not(loom))]
+#[inline(always)]
+fn stripe_index() -> usize {
+    use core::cell::Cell;
+    use core::sync::atomic::AtomicUsize;
+
+    /// Next stripe to hand out.
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    std::thread_local! {
+        /// This thread's stripe, `usize::MAX` until assigned.
+        static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    STRIPE.with(|s| {
+        let mut i = s.get();
+        if i == usize::MAX {
+            // Relaxed: only spreads threads over stripes; nothing is published through it.
+            i = NEXT.fetch_add(1, Ordering::Relaxed) % SHARED_STRIPES;
+            s.set(i);
+        }
+        i
+    })
+}
+
+/// Under loom every thread uses stripe 0: the models check the counters' atomics, not the
+/// spreading, and loom threads have no `std` thread-locals of their own.
+#[cfg(loom)]
+#[inline(always)]
+fn stripe_index() -> usize {
+    0
+}
+
 impl SharedStats {
+    /// The calling thread's stripe.
+    #[inline(always)]
+    fn mine(&self) -> &SharedStripe {
+        // `stripe_index() < SHARED_STRIPES`, so the index is in bounds.
+        &self.stripes[stripe_index()]
+    }
+
     /// Records a successful cache-less get of `n` objects.
     #[inline(always)]
     pub(crate) fn on_get(&self, n: usize) {
-        // Relaxed RMW: many writers, so an atomic add; statistics only, nothing is published.
-        self.gets.fetch_add(n as u64, Ordering::Relaxed);
+        // Relaxed RMW: a stripe may have several writers, so an atomic add; statistics only,
+        // nothing is published.
+        self.mine().gets.fetch_add(n as u64, Ordering::Relaxed);
     }
 
     /// Records a cache-less put of `n` objects.
     #[inline(always)]
     pub(crate) fn on_put(&self, n: usize) {
         // Relaxed RMW: as in `on_get`.
-        self.puts.fetch_add(n as u64, Ordering::Relaxed);
+        self.mine().puts.fetch_add(n as u64, Ordering::Relaxed);
     }
 
     /// Records a failed cache-less get.
     pub(crate) fn on_empty(&self) {
         // Relaxed RMW: as in `on_get`.
-        self.empty.fetch_add(1, Ordering::Relaxed);
+        self.mine().empty.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The counters, as [`PoolStats`].
+    /// The counters summed over the stripes, as [`PoolStats`].
     fn snapshot(&self) -> PoolStats {
         // Relaxed: statistics only.
         let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        PoolStats {
-            gets: r(&self.gets),
-            puts: r(&self.puts),
-            empty: r(&self.empty),
-            ..PoolStats::default()
+        let mut s = PoolStats::default();
+        for stripe in &self.stripes {
+            s.gets += r(&stripe.gets);
+            s.puts += r(&stripe.puts);
+            s.empty += r(&stripe.empty);
         }
+        s
     }
 }
 

@@ -81,6 +81,12 @@ macro_rules! clone_shared {
 }
 
 impl<T: Copy + Send> AnyProducer<T> {
+    /// Reloads the handle's copy of the opposite side's tail (see `Cursor::refresh`).
+    #[inline(always)]
+    pub(crate) fn refresh_opp_tail(&mut self) {
+        each!(Self, self, |h| h.refresh_opp_tail())
+    }
+
     /// A producer of mode `mode` over a validated ring view.
     pub(crate) fn new(ring: RawRing<T>, mode: SyncType) -> Self {
         by_mode!(mode, Producer::new(ring))
@@ -135,6 +141,12 @@ impl<T: Copy + Send> AnyProducer<T> {
 }
 
 impl<T: Copy + Send> AnyConsumer<T> {
+    /// Reloads the handle's copy of the opposite side's tail (see `Cursor::refresh`).
+    #[inline(always)]
+    pub(crate) fn refresh_opp_tail(&mut self) {
+        each!(Self, self, |h| h.refresh_opp_tail())
+    }
+
     /// A consumer of mode `mode` over a validated ring view.
     pub(crate) fn new(ring: RawRing<T>, mode: SyncType) -> Self {
         by_mode!(mode, Consumer::new(ring))

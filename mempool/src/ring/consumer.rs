@@ -63,6 +63,20 @@ impl<T: Copy + Send, C: SyncMode> Consumer<T, C> {
         self.ring.capacity() as usize
     }
 
+    /// Reloads this handle's copy of the opposite side's tail (see `Cursor::refresh`).
+    #[inline(always)]
+    pub(crate) fn refresh_opp_tail(&mut self) {
+        let ix = self.ring.consumer_indices();
+        self.cursor.refresh(&ix);
+    }
+
+    /// Sets this handle's copy of the opposite side's tail, as if it had been loaded long ago
+    /// (for tests of stale copies).
+    #[cfg(test)]
+    pub(crate) fn set_cached_opp_tail(&mut self, tail: u32) {
+        self.cursor.cached_opp_tail = tail;
+    }
+
     /// Dequeues one element, or `None` if the ring is empty.
     #[inline]
     #[must_use = "a dequeued element is gone from the ring"]

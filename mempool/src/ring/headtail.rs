@@ -49,6 +49,17 @@ impl Cursor {
         }
     }
 
+    /// Replaces the cached opposite tail with a fresh load (A1/A2, in `opp_pos`).
+    ///
+    /// For handles whose cache cannot be trusted to be less than 2^32 counters old: the pool's
+    /// borrowed clones (`pool/port.rs`) never keep what they learn, so their cache is the one
+    /// loaded when the pool was made. A fresh copy is never ahead of the truth, and it is at
+    /// most one operation's worth of counters behind by the time `reserve` uses it.
+    #[inline(always)]
+    pub(crate) fn refresh(&mut self, ix: &Indices<'_>) {
+        self.cached_opp_tail = ix.opp_pos();
+    }
+
     /// Claims up to `n` counters (exactly `n` or none when `fixed`).
     ///
     /// Returns the first claimed counter and the count; a count of 0 means nothing was claimed

@@ -64,6 +64,13 @@ impl<T: Copy + Send, P: SyncMode> Producer<T, P> {
         self.ring.capacity() as usize
     }
 
+    /// Reloads this handle's copy of the opposite side's tail (see `Cursor::refresh`).
+    #[inline(always)]
+    pub(crate) fn refresh_opp_tail(&mut self) {
+        let ix = self.ring.producer_indices();
+        self.cursor.refresh(&ix);
+    }
+
     /// Enqueues one element, or gives it back if the ring is full.
     ///
     /// # Errors
