@@ -173,6 +173,12 @@ impl PoolCache {
         let remaining = n - len;
         let (cached, rest) = out.split_at_mut(len);
         cached.copy_from_slice(&self.objs[..len]);
+        // The consumer handle's copy of the producer tail may be as old as this cache's last
+        // miss, and other consumers may have moved the head by 2^32 counters since (an idle
+        // lcore's cache): a copy that old can pass the ring's staleness check and grant ids
+        // already handed out. Reload it: one Acquire load per miss, which DPDK's rings make
+        // on every operation. (Puts need no reload: the ring has a slot for every object.)
+        self.cons.refresh_opp_tail();
         if remaining <= size {
             // Refill: `size + remaining <= 2 * CACHE_MAX_SIZE <= CACHE_CAPACITY`. The ring
             // leaves the array untouched if it cannot supply them all, so the cached objects
@@ -412,6 +418,33 @@ unsafe fn copy_ids(src: *const ObjId, dst: *mut ObjId, n: usize) {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::pool::{Pool, PoolConfig};
+    use crate::ring::SyncType;
+
+    /// A cache idle while the other consumers moved the head around the u32 counters: its
+    /// copy of the producer tail aliases to "16 available" on an empty ring. A miss must not
+    /// trust it (it handed out ids the pool had already given).
+    #[test]
+    fn test_cache_miss_reloads_an_aliased_producer_tail() {
+        for sync in [SyncType::Multi, SyncType::Rts, SyncType::Hts] {
+            let mut cfg = PoolConfig::new("alias", 64, 64).cache_size(8).no_huge();
+            cfg.ring_sync = sync;
+            let pool = Pool::new(cfg).unwrap();
+            let mut cache = pool.cache();
+            let mut all = vec![ObjId::default(); 64];
+            pool.get_bulk(&mut all).unwrap();
+            // The ring is empty: its producer tail is where the head is.
+            cache.cons.alias_cached_opp_tail(16);
+            let mut out = [ObjId::default(); 4];
+            assert!(
+                cache.get_bulk(&mut out).is_err(),
+                "{sync:?}: got {out:?} from an empty pool"
+            );
+            // SAFETY: `all` are the 64 distinct ids this test took from `pool` above and has
+            // not returned.
+            unsafe { pool.put_bulk(&all) };
+        }
+    }
 
     #[test]
     fn copy_ids_copies_exactly_n() {

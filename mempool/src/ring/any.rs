@@ -147,6 +147,13 @@ impl<T: Copy + Send> AnyConsumer<T> {
         each!(Self, self, |h| h.refresh_opp_tail())
     }
 
+    /// Sets the handle's copy of the opposite side's tail `ahead` counters past the real
+    /// one, as a copy 2^32 - `ahead` counters old reads (tests of stale copies).
+    #[cfg(test)]
+    pub(crate) fn alias_cached_opp_tail(&mut self, ahead: u32) {
+        each!(Self, self, |h| h.alias_cached_opp_tail(ahead))
+    }
+
     /// A consumer of mode `mode` over a validated ring view.
     pub(crate) fn new(ring: RawRing<T>, mode: SyncType) -> Self {
         by_mode!(mode, Consumer::new(ring))

@@ -77,6 +77,14 @@ impl<T: Copy + Send, C: SyncMode> Consumer<T, C> {
         self.cursor.cached_opp_tail = tail;
     }
 
+    /// Sets this handle's copy of the opposite side's tail `ahead` counters past the real one,
+    /// as a copy 2^32 - `ahead` counters old reads (for tests of stale copies).
+    #[cfg(test)]
+    pub(crate) fn alias_cached_opp_tail(&mut self, ahead: u32) {
+        self.refresh_opp_tail();
+        self.cursor.cached_opp_tail = self.cursor.cached_opp_tail.wrapping_add(ahead);
+    }
+
     /// Dequeues one element, or `None` if the ring is empty.
     #[inline]
     #[must_use = "a dequeued element is gone from the ring"]
