@@ -68,7 +68,9 @@ impl Indices<'_> {
     /// The opposite tail only grows, so a cached copy is never ahead of the truth and gives an
     /// underestimate: safe to act on. A copy so old that `head` (moved meanwhile by other
     /// threads of this side) is beyond it by more than the capacity makes the subtraction wrap
-    /// to more than `capacity`, which no true count can be; that also reloads. The slots a claim
+    /// to more than `capacity`, which no true count can be; that also reloads, except for a
+    /// copy about 2^32 counters old, which reads as valid again (see the module docs: the pools
+    /// reload before they call this on a handle that may have been idle). The slots a claim
     /// computed from the cache covers were published by the opposite side before the cached
     /// tail was acquired, by this handle, so our accesses to them are ordered after theirs.
     ///

@@ -53,6 +53,15 @@
 //! by the CAS, copies run in parallel, and publication happens in claim order, so the opposite
 //! side only ever sees a gap-free prefix.
 //!
+//! Unlike DPDK, a shared-side handle also keeps its last load of the opposite tail and reloads
+//! it only when it looks short or impossible. **A handle idle while the other handles of its
+//! side move about 2^32 counters** (counters are u32) can find that copy looking valid again
+//! and claim what is not there (a consumer: slots whose elements were already taken). The
+//! pools reload before each ring operation (the cache-less port) and each cache miss; a
+//! program that keeps its own clone of a shared-side handle idle that long should do the same
+//! (make one operation on a fresh clone of the ring's handles), or use DPDK's rule of one load
+//! per operation.
+//!
 //! ## RTS and HTS
 //!
 //! DPDK's two other multi-thread modes, for threads that may be preempted:
