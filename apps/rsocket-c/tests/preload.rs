@@ -25,8 +25,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::{
-    BY_SETUP, TempDir, port, program, rsocket_listening, run_client, serial, start_server,
-    with_rsocket,
+    BY_SETUP, TempDir, args, port, program, rows, rsocket_listening, run_client, serial,
+    start_server, with_rsocket,
 };
 
 /// Hang guard for one client run.
@@ -132,19 +132,6 @@ fn run_pair(
         "{name} {sargs:?} failed:\n{report}"
     );
     (format!("{cout}\n{cerr}"), format!("{sout}\n{serr}"))
-}
-
-fn args(v: &[&str]) -> Vec<String> {
-    v.iter().map(|s| (*s).to_owned()).collect()
-}
-
-/// rstream's rows, by name, from a table.
-fn rows(out: &str) -> Vec<String> {
-    out.lines()
-        .skip_while(|l| !l.starts_with("name"))
-        .skip(1)
-        .filter_map(|l| l.split_whitespace().next().map(String::from))
-        .collect()
 }
 
 /// `rstream` (rsocket calls) with librspreload.so preloaded: the preload sends the

@@ -22,8 +22,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::{
-    BY_SETUP, Guarded, TempDir, kernel_listening, port, program, rspreload, run_client, serial,
-    start_server, with_rsocket,
+    BY_SETUP, Guarded, TempDir, args, kernel_listening, port, program, rows, rspreload, run_client,
+    serial, start_server, with_rsocket,
 };
 
 /// Hang guard for one client run.
@@ -39,10 +39,6 @@ fn command(dir: &Path, exe: &str, args: &[String], env: &[(&str, &str)]) -> std:
         c.env(k, v);
     }
     c
-}
-
-fn args(v: &[&str]) -> Vec<String> {
-    v.iter().map(|s| (*s).to_owned()).collect()
 }
 
 /// A server through the preload, listening.
@@ -203,15 +199,6 @@ fn qperf_server_survives_a_hostile_handshake() {
         serr.contains("the peer broke the handshake (field value not allowed by the protocol)"),
         "the server says why it reset the connection:\n{serr}"
     );
-}
-
-/// rstream's rows, by name, from a table.
-fn rows(out: &str) -> Vec<String> {
-    out.lines()
-        .skip_while(|l| !l.starts_with("name"))
-        .skip(1)
-        .filter_map(|l| l.split_whitespace().next().map(String::from))
-        .collect()
 }
 
 /// Long (15 s on an idle 2-CPU host, minutes on a loaded one): run it with `--ignored`.

@@ -261,3 +261,17 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// Owned program arguments.
+pub fn args(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// rstream's rows, by name, from its table.
+pub fn rows(out: &str) -> Vec<String> {
+    out.lines()
+        .skip_while(|l| !l.starts_with("name"))
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next().map(String::from))
+        .collect()
+}
