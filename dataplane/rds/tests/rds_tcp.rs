@@ -53,12 +53,18 @@ fn node_spec(name: &str, seed: u64, addr: &str, spec: TransportSpec) -> Blocking
     BlockingNode::spawn(n, PollMode::hybrid_default(), name).unwrap()
 }
 
+/// An RDS-TCP socket bound to `addr:rds_port`.
+fn tcp_sock(e: &mut RdsEngine, now: lcore::time::Instant, addr: &str, rds_port: u16) -> RdsSocket {
+    let s = e.socket().unwrap();
+    e.set_transport(now, s, RDS_TRANS_TCP).unwrap();
+    e.bind(s, SocketAddr::new(ip(addr), rds_port)).unwrap();
+    s
+}
+
 fn sock(n: &BlockingNode, addr: &str, rds_port: u16, rcvbuf: u32) -> RdsSocket {
     n.with(|n, now| {
         let e = n.engine_mut();
-        let s = e.socket().unwrap();
-        e.set_transport(now, s, RDS_TRANS_TCP).unwrap();
-        e.bind(s, SocketAddr::new(ip(addr), rds_port)).unwrap();
+        let s = tcp_sock(e, now, addr, rds_port);
         e.set_sndbuf(now, s, 4 << 20).unwrap();
         e.set_rcvbuf(now, s, rcvbuf).unwrap();
         s
@@ -69,18 +75,23 @@ fn stat(n: &BlockingNode, name: &str) -> u64 {
     n.with(|n, _| n.engine().stats().get(name).unwrap())
 }
 
+/// Every counter of a node's TCP transport.
+fn tcp_counters(n: &mut RdsNode) -> Vec<(&'static str, u64)> {
+    let mut v = Vec::new();
+    n.transport_mut(TransportKind::Tcp)
+        .unwrap()
+        .counters(&mut |k, x| v.push((k, x)));
+    v
+}
+
+/// One counter of a node's TCP transport.
+fn tcp_count(n: &mut RdsNode, name: &str) -> u64 {
+    let v = tcp_counters(n);
+    v.iter().find(|(k, _)| *k == name).unwrap().1
+}
+
 fn tcp_counter(n: &BlockingNode, name: &str) -> u64 {
-    n.with(|n, _| {
-        let mut v = None;
-        n.transport_mut(TransportKind::Tcp)
-            .unwrap()
-            .counters(&mut |k, x| {
-                if k == name {
-                    v = Some(x);
-                }
-            });
-        v.unwrap()
-    })
+    n.with(|n, _| tcp_count(n, name))
 }
 
 /// (our address, peer address) of every live TCP connection of a node.
@@ -107,11 +118,7 @@ fn recv_all(n: &BlockingNode, s: RdsSocket, count: u64, expect: impl Fn(u64) -> 
                             .filter(|s| s.1 != 0)
                             .collect::<Vec<_>>()
                     });
-                    n.with(|n, _| {
-                        n.transport_mut(TransportKind::Tcp)
-                            .unwrap()
-                            .counters(&mut |k, x| v.push((k, x)))
-                    });
+                    v.extend(n.with(|n, _| tcp_counters(n)));
                     let got =
                         (i.saturating_sub(500)..i + 500).find(|&j| expect(j)[..] == buf[..len]);
                     eprintln!("MISMATCH at {i}: got message {got:?}; {v:?}");
@@ -623,11 +630,7 @@ impl Manual {
     fn socket(&mut self, addr: &str) -> RdsSocket {
         use lcore::time::Clock;
         let now = self.clock.now();
-        let e = self.node.engine_mut();
-        let s = e.socket().unwrap();
-        e.set_transport(now, s, RDS_TRANS_TCP).unwrap();
-        e.bind(s, SocketAddr::new(ip(addr), 4001)).unwrap();
-        s
+        tcp_sock(self.node.engine_mut(), now, addr, 4001)
     }
 
     fn poll(&mut self) {
@@ -636,16 +639,7 @@ impl Manual {
     }
 
     fn tcp(&mut self, name: &str) -> u64 {
-        let mut v = None;
-        self.node
-            .transport_mut(TransportKind::Tcp)
-            .unwrap()
-            .counters(&mut |k, x| {
-                if k == name {
-                    v = Some(x);
-                }
-            });
-        v.unwrap()
+        tcp_count(&mut self.node, name)
     }
 
     /// Polls until `name` reaches `n` (at most 10 s), and not once more.
@@ -653,12 +647,10 @@ impl Manual {
         let start = StdInstant::now();
         while self.tcp(name) < n {
             if start.elapsed() > Duration::from_secs(10) {
-                let mut v = Vec::new();
-                self.node
-                    .transport_mut(TransportKind::Tcp)
-                    .unwrap()
-                    .counters(&mut |k, x| v.push((k, x)));
-                panic!("{name} stayed below {n}: {v:?}");
+                panic!(
+                    "{name} stayed below {n}: {:?}",
+                    tcp_counters(&mut self.node)
+                );
             }
             self.poll();
         }

@@ -357,7 +357,7 @@ impl TcpTransport {
             engine.handle_knock(now, req);
             return;
         }
-        let key = tcp_key(laddr, faddr);
+        let key = req.conn_key();
         req.path_index = self.accept_index(engine, &key, peer.port());
         let socket = Socket::from(stream);
         if socket.set_nonblocking(true).is_err() || self.tune(&socket).is_err() {
@@ -400,7 +400,7 @@ impl TcpTransport {
         socket: Socket,
         req: Incoming<'_>,
     ) {
-        let key = tcp_key(req.laddr, req.faddr);
+        let key = req.conn_key();
         // Still a live one (it did not end within PARK_LIMIT): take what it holds now,
         // as far as the store allows, before the engine resets the path.
         if let Some(c) = engine
