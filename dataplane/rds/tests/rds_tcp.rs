@@ -809,3 +809,71 @@ fn multipath_bytes_wait_for_a_parked_path_0() {
     );
     drop((c2, c3));
 }
+
+/// A peer whose TCP accepts and whose RDS resets at once, as a kernel whose path is still
+/// going down does (`rds_tcp_accept_one` answers with a reset while the path is not Down):
+/// our dialler's backoff must keep growing, not close on each TCP connect. With the
+/// backoff closed on every established connection, each redial went out at once: the
+/// kernel lab counted 164 connections lost for 2 kills, and this test counted hundreds
+/// of dials in its half second (341 in one run). With it open, about 10 dials fit in half a second (each
+/// waits a random time below a window that doubles from 1 ms); a slower machine dials
+/// less, never more.
+#[test]
+fn a_peer_that_resets_each_connection_gets_backed_off_dials() {
+    let (a_ip, b_ip) = ("127.0.50.1", "127.0.50.2");
+    let listener = std::net::TcpListener::bind(SocketAddr::new(ip(b_ip), port())).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let resetter = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut accepted = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((s, _)) => {
+                        // Linger 0: close sends a reset, as the kernel's sock_no_linger.
+                        socket2::SockRef::from(&s)
+                            .set_linger(Some(Duration::ZERO))
+                            .unwrap();
+                        drop(s);
+                        accepted += 1;
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_micros(50)),
+                }
+            }
+            accepted
+        })
+    };
+    let mut a = Manual::new("tcp-reset-a", 13, a_ip, false);
+    let s = a.socket(a_ip);
+    {
+        use lcore::time::Clock;
+        let now = a.clock.now();
+        a.node
+            .engine_mut()
+            .send_to(
+                now,
+                s,
+                Some(SocketAddr::new(ip(b_ip), 4001)),
+                b"x",
+                SendFlags::DONTWAIT,
+            )
+            .unwrap();
+    }
+    let start = StdInstant::now();
+    while start.elapsed() < Duration::from_millis(500) {
+        a.poll();
+    }
+    let dials = a.tcp("tcp_connect");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let accepted = resetter.join().unwrap();
+    assert!(
+        accepted >= 2,
+        "the peer reset {accepted} connections: the test did not run"
+    );
+    assert!(
+        dials <= 30,
+        "{dials} dials in 500 ms to a peer that resets every connection ({accepted} reset): \
+         the backoff closed on each TCP connect"
+    );
+}

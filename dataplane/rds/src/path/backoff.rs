@@ -2,7 +2,10 @@
 //!
 //! The first attempt after a drop goes at once and opens a window of `min`; each later one
 //! waits a random time below the window, which then doubles up to `max`. Success closes
-//! the window. Two sides that keep dialling each other at the same moment (duelling
+//! the window: on a message transport when the connection is established (the peer's
+//! CM answer is its RDS accepting), on a stream transport when the peer's first message
+//! arrives (a TCP connect alone may be the peer's kernel accepting what its RDS then
+//! resets). Two sides that keep dialling each other at the same moment (duelling
 //! connects) drift apart until one connect completes before the other side's timer fires.
 
 use std::time::Duration;

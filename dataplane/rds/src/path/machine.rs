@@ -445,7 +445,16 @@ impl Path {
         let _ = now;
         self.state = ConnState::Up;
         self.instance += 1;
-        self.backoff.reset();
+        // A message transport's connection is the peer's RDS accepting it (its CM
+        // answer), so the backoff closes now. A stream transport's is only the peer's
+        // TCP: a kernel whose path is still going down accepts the TCP connection and
+        // resets it at once (`rds_tcp_accept_one`), so closing the backoff here made
+        // every such redial go out at once (the kernel lab saw 164 connections lost for
+        // 2 kills). On a stream the backoff closes when the peer's first message arrives
+        // (`complete`): its RDS took the connection.
+        if self.cfg.flavor == Flavor::Message {
+            self.backoff.reset();
+        }
         self.timers.stop(Timer::Reconnect);
         self.timers.stop(Timer::Connect);
         self.reconnect_pending = false;

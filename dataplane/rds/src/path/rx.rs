@@ -338,5 +338,11 @@ impl Path {
         {
             self.timers.set(Timer::DelayedAck, now.saturating_add(d));
         }
+        // A whole, valid message from the peer's RDS on this stream (its congestion map
+        // comes first on a new connection): the connection is its, and the reconnect
+        // backoff closes (see `handle_connected`).
+        if self.cfg.flavor == Flavor::Stream {
+            self.backoff.reset();
+        }
     }
 }

@@ -81,6 +81,13 @@
 //!   §6), a fault of 6.1's, so the lab's reset rows run single path.
 //! * `SO_KEEPALIVE` with the kernel's `rds_tcp_keepalive` values (idle 5 s, interval 5 s,
 //!   5 probes), `TCP_NODELAY`, `SO_REUSEADDR`, backlog 64.
+//! * Reconnect backoff (one change from 6.1): the kernel closes its backoff window when the
+//!   TCP connection is established, so a dial that the peer's TCP accepts and its RDS resets
+//!   at once (6.1's `rds_tcp_accept_one` does that while its path is still going down after
+//!   a kill) is redialled at once, again and again: the kernel lab's reset row counted 164
+//!   connections lost for 2 kills. Ours closes the window when the peer's first message
+//!   arrives on the connection (its congestion map comes first), so such redials back off
+//!   (test `a_peer_that_resets_each_connection_gets_backed_off_dials`).
 //!
 //! # Reassembly and trust
 //!
