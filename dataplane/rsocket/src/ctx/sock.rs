@@ -226,7 +226,14 @@ impl<P: Provider> Stream<P> {
         }
         if self.phase == Phase::Established {
             let (conn, mut io) = self.io();
-            conn.after_completions(&mut io);
+            // A poll that brought something is often the one a waiting reader is about to
+            // return with: only urgent work then; what can wait (re-posting receives) is
+            // done by the next poll that finds nothing.
+            if work == 0 {
+                conn.after_completions(&mut io);
+            } else {
+                conn.after_data(&mut io);
+            }
         }
         work
     }
