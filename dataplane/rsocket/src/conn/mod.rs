@@ -672,7 +672,7 @@ impl StreamConn {
     /// After a batch of completions (and after `recv`): re-posts consumed receives, sends a
     /// pending control message, and returns credits (`rs_update_credits`).
     pub fn after_completions(&mut self, io: &mut impl RsIo) {
-        if self.to_repost == 0 && !self.output_due() {
+        if self.is_settled() {
             return;
         }
         self.service(io);
@@ -693,6 +693,14 @@ impl StreamConn {
             return;
         }
         self.service(io);
+    }
+
+    /// True if [`after_completions`](Self::after_completions) has nothing to do: no receive
+    /// to re-post, no credit to return, nothing buffered or queued to send. Until a
+    /// completion or an application call changes that, a progress pass that finds no
+    /// completion does nothing either.
+    pub fn is_settled(&self) -> bool {
+        self.to_repost == 0 && !self.output_due()
     }
 
     /// Something besides re-posting is due: credits, buffered bytes, a control message or
