@@ -177,6 +177,16 @@ pub trait CompletionQueue: Send {
     /// The capacity the queue was created with.
     fn depth(&self) -> u32;
 
+    /// A cheap look for a caller that spins on this queue: `false` only if a
+    /// [`poll`](Self::poll) now would certainly return nothing and make no progress (no
+    /// completion, no inbound message, nothing pending for the provider to run). Loads
+    /// only: no completion is consumed and nothing is written. A message published after
+    /// the look is seen by the next one. The default, for providers that cannot tell
+    /// cheaply, is `true`: poll.
+    fn may_have_work(&self) -> bool {
+        true
+    }
+
     /// A handle to sleep until this queue may have news, usable without the queue (its
     /// owner keeps polling it under its own lock): the provider's completion channel, like
     /// `ibv_req_notify_cq` + `ibv_get_cq_event`. `None` (the default) if the provider

@@ -172,6 +172,18 @@ impl SimSide {
         n
     }
 
+    /// [`progress`](Self::progress) as the socket layer runs it when its poll brought
+    /// something: with [`StreamConn::after_data`], which lets re-posts wait.
+    pub fn progress_data(&mut self) -> usize {
+        let mut n = 0;
+        while let Some(c) = self.st.cq.pop_front() {
+            self.conn.handle_completion(&c, &mut SimIo(&mut self.st));
+            n += 1;
+        }
+        self.conn.after_data(&mut SimIo(&mut self.st));
+        n
+    }
+
     /// Delivers a receive completion with immediate `imm` that reports `byte_len` bytes, as
     /// if the peer had sent it (a hostile peer can send any immediate): it consumes a posted
     /// receive, like a real arrival, and waits in the completion queue for the next

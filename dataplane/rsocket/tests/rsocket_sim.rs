@@ -1099,3 +1099,78 @@ proptest! {
         prop_assert_eq!(got, data);
     }
 }
+
+/// Streams `msgs` 64-byte messages from a to b, the sender filling every credit at once
+/// and the receiver reading all it has; b's progress passes and reads use `after_data`
+/// (the socket layer's latency path) if `lazy`, else `after_completions`. Returns a's
+/// receiver-not-ready waits.
+fn stream_small(msgs: usize, lazy: bool) -> u64 {
+    let mut p = SimPair::connect(cfg(), Duration::from_micros(1));
+    let data: Vec<u8> = (0..msgs * 64).map(pattern).collect();
+    let (mut sent, mut got, mut buf) = (0, Vec::with_capacity(data.len()), [0u8; 64]);
+    let mut steps = 0;
+    while got.len() < data.len() {
+        while sent < data.len() {
+            match p.a.with(|c, io| c.send(&data[sent..sent + 64], io)) {
+                Ok(n) => sent += n,
+                Err(RsError::WouldBlock) => break,
+                Err(e) => panic!("send failed: {e}"),
+            }
+        }
+        p.a.progress();
+        if lazy {
+            p.b.progress_data();
+        } else {
+            p.b.progress();
+        }
+        loop {
+            let r = p.b.with(|c, io| {
+                let r = c.recv(&mut buf, false, io);
+                if matches!(r, Ok(n) if n > 0) {
+                    if lazy {
+                        c.after_data(io);
+                    } else {
+                        c.after_completions(io);
+                    }
+                }
+                r
+            });
+            match r {
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(RsError::WouldBlock) => break,
+                Err(e) => panic!("recv failed: {e}"),
+            }
+        }
+        p.deliver_due(true);
+        p.deliver_due(false);
+        p.tick(Duration::from_micros(1));
+        steps += 1;
+        assert!(
+            steps < 200_000,
+            "lazy {lazy}: stuck at {} of {} bytes",
+            got.len(),
+            data.len()
+        );
+    }
+    assert!(got == data, "lazy {lazy}: the stream arrived altered");
+    let errors = p.a.conn.stats().protocol_errors + p.b.conn.stats().protocol_errors;
+    assert_eq!(errors, 0, "lazy {lazy}");
+    p.a.st.rnr_waits
+}
+
+/// The socket layer's latency path lets re-posts of consumed receives wait
+/// (`StreamConn::after_data`). A receiver that only ever takes that path still gets every
+/// byte of a long stream of small messages, in order (re-posts and credits keep flowing
+/// without a pass of `after_completions`), and its sender meets a missing receive no more
+/// often than with prompt re-posts (credit updates go out with every consumed receive
+/// re-posted).
+#[test]
+fn test_lazy_reposts_keep_the_stream_flowing() {
+    let msgs = 20 * cfg().rq_size as usize;
+    let prompt = stream_small(msgs, false);
+    let lazy = stream_small(msgs, true);
+    assert!(
+        lazy <= prompt,
+        "receiver-not-ready waits: {lazy} lazy, {prompt} prompt"
+    );
+}

@@ -308,6 +308,28 @@ impl CompletionQueue for ShmCq {
         self.depth
     }
 
+    fn may_have_work(&self) -> bool {
+        // Acquire: as in `poll` (pairs with the Release in attach/detach).
+        if self.ops.pending.load(Ordering::Acquire)
+            || !self.attn.is_empty()
+            || !self.local.is_empty()
+            || self.scan.len() > SCAN_MAX
+        {
+            return true;
+        }
+        self.scan
+            .iter()
+            .any(|&slot| match self.slots.get(slot as usize) {
+                Some(Some(SlotEntry::Rc {
+                    core,
+                    recv: Some(rs),
+                    ..
+                })) => core.recv_pending(rs),
+                // Datagram queue pairs (and anything unexpected): poll to find out.
+                _ => true,
+            })
+    }
+
     fn notifier(&self) -> Option<Arc<dyn CqNotify>> {
         Some(Arc::new(Notifier(self.sh.clone())))
     }

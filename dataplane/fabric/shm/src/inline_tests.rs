@@ -1,7 +1,9 @@
 //! WRITEs with immediate that the sender lets the responder place at poll time
 //! ([`SendFlags::PLACE_ON_POLL`]): up to [`SLOT_INLINE`] bytes travel in the inbound slot
 //! and reach their destination when the responder polls the completion, not before; longer
-//! ones, and requests without the flag, are placed at once as before.
+//! ones, and requests without the flag, are placed at once as before. Also the
+//! completion queue's cheap look ([`CompletionQueue::may_have_work`]) that spinning
+//! callers take before a poll.
 
 use dp_fabric::{
     Completion, CompletionQueue, MemoryRegion, Payload, RcQueuePair, RecvWr, SendFlags, SendOp,
@@ -140,6 +142,67 @@ fn test_send_with_invalidate_is_refused() {
     let c = recv_one(&mut p);
     assert!(c.is_ok(), "{c:?}");
     assert_eq!((c.wr_id, c.opcode), (7, WcOpcode::Recv));
+    drop(p);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Polls `cq` until it yields nothing three times in a row.
+fn drain(cq: &mut crate::ShmCq) {
+    let mut out = [Completion::default(); 8];
+    let mut empty = 0;
+    while empty < 3 {
+        if cq.poll(&mut out) == 0 {
+            empty += 1;
+        } else {
+            empty = 0;
+        }
+    }
+}
+
+/// The cheap look says "nothing" only when a poll finds nothing: it sees a published
+/// inbound message, a send completion waiting in the local ring, a fault the peer flagged
+/// and the error state, and says nothing once they are polled.
+#[test]
+fn test_may_have_work_sees_what_poll_would_find() {
+    let (mut p, dir) = pair(22_230);
+    p.b.qp
+        .post_recv(&[RecvWr { wr_id: 1, sgl: &[] }])
+        .expect("post_recv");
+    drain(&mut p.a.cq);
+    drain(&mut p.b.cq);
+    assert!(!p.a.cq.may_have_work(), "idle sender");
+    assert!(!p.b.cq.may_have_work(), "idle receiver");
+
+    let bytes = [0x5Au8; 64];
+    p.a.qp
+        .post_send(&[SendWr {
+            wr_id: 9,
+            op: SendOp::WriteImm(p.b.remote(0), 64),
+            payload: Payload::Inline(&bytes),
+            flags: SendFlags::SIGNALED | SendFlags::PLACE_ON_POLL,
+        }])
+        .expect("post_send");
+    assert!(p.b.cq.may_have_work(), "an inbound message is published");
+    assert!(p.a.cq.may_have_work(), "a send completion waits");
+    let c = recv_one(&mut p);
+    assert_eq!((c.wr_id, c.byte_len), (1, 64), "{c:?}");
+    drain(&mut p.a.cq);
+    assert!(!p.b.cq.may_have_work(), "the message was polled");
+    assert!(!p.a.cq.may_have_work(), "the completion was polled");
+
+    // What the peer may write into our segment to fail the queue pair: a fault.
+    // Release: as the peer's store (pairs with the Acquire in recv_pending/drain_recv).
+    p.b.qp.core.view.header().fault.store(
+        dp_fabric::WcStatus::RemAccessErr.to_raw(),
+        core::sync::atomic::Ordering::Release,
+    );
+    assert!(p.b.cq.may_have_work(), "a fault flagged by the peer");
+    drain(&mut p.b.cq);
+    assert_eq!(p.b.qp.state(), dp_fabric::QpState::Error);
+    assert!(
+        p.b.cq.may_have_work(),
+        "the error state (receives to flush)"
+    );
     drop(p);
     let _ = std::fs::remove_dir_all(dir);
 }

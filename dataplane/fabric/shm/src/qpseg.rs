@@ -344,6 +344,20 @@ impl QpSegView {
         self.inline_at(n, len).map(<*mut u8>::cast_const)
     }
 
+    /// Owner: true if message `n` is published, for a look that must not miss a message
+    /// published before it (`ShmCq::may_have_work`, which a sleeper's last look after its
+    /// arm goes through, as `pop` does).
+    #[inline]
+    pub(crate) fn published(&self, n: u64) -> bool {
+        let s = self.slot(n);
+        // As in `pop`: the second line is asked for with the first, or a message found here
+        // would wait for it once more when `pop` reads it.
+        prefetch(s.data.get().cast::<u8>().wrapping_add(64 - 48));
+        // Q4': Acquire, pairs with Q3 in `push`, as Q4 in `pop` does: a load ordered after
+        // the poller's SeqCst arm on every architecture (see `Doorbell::ring`, N1).
+        s.seq.load(Ordering::Acquire) == n + 1
+    }
+
     /// Owner: true if message `n` is published (cheap poll, used by scan mode).
     #[inline]
     pub(crate) fn has(&self, n: u64) -> bool {

@@ -59,7 +59,7 @@ impl StreamConn {
         self.is_connected()
             && self.sqe_avail >= 1
             && self.sseq_no != self.sseq_comp
-            && self.read_target(io, self.target_sge).length != 0
+            && self.current_target(io).length != 0
     }
 
     /// Sends as much of `data` as the send buffer takes (`rsend`): posted at once while
@@ -106,9 +106,9 @@ impl StreamConn {
         let mut sent = 0usize;
         let mut olen = RS_OLAP_START_SIZE;
         while sent < data.len() {
-            if !self.can_send(io) {
+            let Some(target) = self.send_target(io) else {
                 break;
-            }
+            };
             let left = (data.len() - sent).min(u32::MAX as usize) as u32;
             let mut xfer = if olen < left {
                 let x = olen;
@@ -119,7 +119,6 @@ impl StreamConn {
             } else {
                 left
             };
-            let target = self.read_target(io, self.target_sge);
             xfer = xfer.min(self.sbuf_bytes_avail).min(target.length);
             let chunk = &data[sent..sent + xfer as usize];
             let local = if xfer <= self.cfg.sq_inline {
@@ -162,7 +161,7 @@ impl StreamConn {
     /// behind them.
     pub(super) fn flush_unposted(&mut self, io: &mut impl RsIo) {
         while self.unposted > 0 && self.can_post(io) {
-            let target = self.read_target(io, self.target_sge);
+            let target = self.current_target(io);
             let xfer = self.unposted.min(target.length).min(RS_MAX_TRANSFER);
             let size = self.cfg.sbuf_size;
             // The unposted bytes end at sbuf_off.
@@ -204,24 +203,29 @@ impl StreamConn {
             addr: target.addr,
             rkey: target.key,
         };
-        // Update the target entry before posting (the peer may rewrite it once the data
-        // lands). The address is the peer's (possibly nonsense: it is only ever handed to
-        // the fabric, which checks it against the peer's key), so it wraps.
+        // Consume from the entry. The address is the peer's (possibly nonsense: it is only
+        // ever handed to the fabric, which checks it against the peer's key), so it wraps.
         target.addr = target.addr.wrapping_add(u64::from(xfer));
         target.length -= xfer;
-        if io
-            .write(
-                Buf::Target,
-                self.target_sge * RsSge::LEN as u32,
-                &target.to_bytes(HOST_BIG_ENDIAN),
-            )
-            .is_err()
-        {
-            self.bounds_fault();
-            return false;
-        }
         if target.length == 0 {
+            // Used up: written back before posting (the peer may rewrite the entry once the
+            // data lands), and read again from the list next time round.
+            if io
+                .write(
+                    Buf::Target,
+                    self.target_sge * RsSge::LEN as u32,
+                    &target.to_bytes(HOST_BIG_ENDIAN),
+                )
+                .is_err()
+            {
+                self.bounds_fault();
+                return false;
+            }
+            self.cur_target = RsSge::default();
             self.target_sge = (self.target_sge + 1) % crate::wire::RS_SGL_SIZE;
+        } else {
+            // Still ours: the list's copy goes stale, this one is the entry.
+            self.cur_target = target;
         }
         self.sseq_no = self.sseq_no.wrapping_add(1);
         self.sqe_avail -= 1;

@@ -221,8 +221,9 @@ impl<P: Provider> Data<P> {
         let (c, mut io) = st.io();
         let r = c.recv(buf, peek, &io);
         if matches!(r, Ok(n) if n > 0) && !peek {
-            // Return credits at once: senders stall otherwise.
-            c.after_completions(&mut io);
+            // Return credits at once: senders stall otherwise (re-posts may wait: see
+            // `StreamConn::after_data`).
+            c.after_data(&mut io);
         }
         r
     }

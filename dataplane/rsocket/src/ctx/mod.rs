@@ -375,8 +375,8 @@ impl<P: Provider> RsContext<P> {
             let (r, nonblocking) = {
                 let mut c = self.data();
                 let mut r = c.recv(id, &mut buf[done..], flags.peek);
-                if matches!(r, Err(RsError::WouldBlock)) {
-                    c.progress_one(id);
+                // A poll that brought nothing leaves the answer as it was.
+                if matches!(r, Err(RsError::WouldBlock)) && c.progress_one(id) > 0 {
                     r = c.recv(id, &mut buf[done..], flags.peek);
                 }
                 (r, c.sock(id)?.nonblocking || flags.dontwait)

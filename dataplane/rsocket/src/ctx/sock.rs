@@ -212,6 +212,11 @@ impl<P: Provider> Stream<P> {
 
     /// Polls this socket's completions into its state machine; returns the work done.
     pub(super) fn progress(&mut self, scratch: &mut [Completion]) -> usize {
+        // Nothing of ours is due and the queue says nothing came: spare the poll and the
+        // bookkeeping (the spin of a reader waiting for its answer).
+        if self.phase == Phase::Established && self.conn.is_settled() && !self.cq.may_have_work() {
+            return 0;
+        }
         let mut work = 0;
         loop {
             let n = self.cq.poll(scratch);
@@ -226,7 +231,14 @@ impl<P: Provider> Stream<P> {
         }
         if self.phase == Phase::Established {
             let (conn, mut io) = self.io();
-            conn.after_completions(&mut io);
+            // A poll that brought something is often the one a waiting reader is about to
+            // return with: only urgent work then; what can wait (re-posting receives) is
+            // done by the next poll that finds nothing.
+            if work == 0 {
+                conn.after_completions(&mut io);
+            } else {
+                conn.after_data(&mut io);
+            }
         }
         work
     }
