@@ -21,7 +21,8 @@ pub const RS_QP_CTRL_SIZE: u32 = 4;
 pub const RS_MAX_CTRL_MSG: u32 = 16;
 /// Bytes after the send buffer used as control bounce slots (when inline < 16).
 pub const CTRL_AREA: u32 = RS_QP_CTRL_SIZE * RS_MAX_CTRL_MSG;
-/// Consumed receives [`StreamConn::after_data`] lets wait before re-posting them.
+/// Consumed receives [`StreamConn::after_data`](super::StreamConn::after_data) lets wait
+/// before re-posting them.
 pub const REPOST_BATCH: u32 = 16;
 /// Bit of a work-request id that marks a receive.
 pub const WR_RECV: u64 = 1 << 63;
