@@ -163,11 +163,7 @@ impl SimSide {
     /// The application's progress pass: poll every completion, hand it to the state
     /// machine, then return credits. Returns the completions processed.
     pub fn progress(&mut self) -> usize {
-        let mut n = 0;
-        while let Some(c) = self.st.cq.pop_front() {
-            self.conn.handle_completion(&c, &mut SimIo(&mut self.st));
-            n += 1;
-        }
+        let n = self.handle_all();
         self.conn.after_completions(&mut SimIo(&mut self.st));
         n
     }
@@ -175,12 +171,18 @@ impl SimSide {
     /// [`progress`](Self::progress) as the socket layer runs it when its poll brought
     /// something: with [`StreamConn::after_data`], which lets re-posts wait.
     pub fn progress_data(&mut self) -> usize {
+        let n = self.handle_all();
+        self.conn.after_data(&mut SimIo(&mut self.st));
+        n
+    }
+
+    /// Hands every queued completion to the state machine; returns how many.
+    fn handle_all(&mut self) -> usize {
         let mut n = 0;
         while let Some(c) = self.st.cq.pop_front() {
             self.conn.handle_completion(&c, &mut SimIo(&mut self.st));
             n += 1;
         }
-        self.conn.after_data(&mut SimIo(&mut self.st));
         n
     }
 
