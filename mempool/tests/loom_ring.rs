@@ -40,7 +40,7 @@
 //! | R1/R2 tail store, Single                     | spsc, spsc wrap, spmc                            |
 //! | R1/R2 tail store, Multi                      | mpsc, mpmc 2x1, mpmc 2x2, mpmc reuse             |
 //! | A1/A2 opposite-tail load (`opp_pos`, all modes) | every model                                   |
-//! | R3 head CAS success (Multi)                  | mpsc, mpmc 2x1, mpmc 2x2, mpmc reuse             |
+//! | R3 head CAS success (Multi)                  | mpsc, spmc, spmc cached, mpmc 2x1, mpmc 2x2, mpmc reuse |
 //! | A3 head load (Multi)                         | mpsc, mpmc 2x1, mpmc 2x2, mpmc reuse             |
 //! | A3 head CAS failure (Multi)                  | mpsc, mpmc reuse                                 |
 //! | A4 tail wait, first load or spin (Multi)     | mpsc, mpmc 2x1, mpmc 2x2, mpmc reuse             |
@@ -274,6 +274,21 @@ fn spmc_two_consumers() {
             producer(tx, 0, &[Step::Bulk(2), Step::One, Step::Burst(2)]),
             consumer(rx.clone(), &[Step::Bulk(2), Step::One]),
             consumer(rx, &[Step::One, Step::Burst(2)]),
+        ]
+    });
+}
+
+/// A Multi consumer claims from the producer position another consumer loaded and cached in
+/// the head word, without loading the producer tail itself: its slot reads are ordered after
+/// the producer's writes only through the other consumer's claim (A1, then R3 -> A3).
+#[test]
+fn spmc_claim_from_a_position_cached_by_another_consumer() {
+    scenario("spmc cached", 3, || {
+        let (tx, rx) = Ring::<u8>::spmc(2).unwrap();
+        vec![
+            producer(tx, 0, &[Step::Bulk(2)]),
+            consumer(rx.clone(), &[Step::One]),
+            consumer(rx, &[Step::One]),
         ]
     });
 }

@@ -177,7 +177,8 @@ impl PoolCache {
         // miss, and other consumers may have moved the head by 2^32 counters since (an idle
         // lcore's cache): a copy that old can pass the ring's staleness check and grant ids
         // already handed out. Reload it: one Acquire load per miss, which DPDK's rings make
-        // on every operation. (Puts need no reload: the ring has a slot for every object.)
+        // on every operation; none for Multi rings, whose cache is in the shared head word and
+        // cannot go stale. (Puts need no reload: the ring has a slot for every object.)
         self.cons.refresh_opp_tail();
         if remaining <= size {
             // Refill: `size + remaining <= 2 * CACHE_MAX_SIZE <= CACHE_CAPACITY`. The ring

@@ -32,7 +32,10 @@ use super::ObjId;
 /// it again) and the ring would trust it, letting a get claim slots that hold no object when
 /// the ring is nearly empty. So every borrowed clone first reloads the opposite tail
 /// (`refresh_opp_tail`), which is the one load per operation DPDK's rings make too;
-/// [`PoolCache`](super::PoolCache)s own their handles and keep their caches.
+/// [`PoolCache`](super::PoolCache)s own their handles and keep their caches. Multi rings
+/// (the default) skip the reload: their cache is in the side's shared head word, which every
+/// borrowed clone reads and updates, so the cache-less path of a Multi pool loads the opposite
+/// tail only when the ring looks short, not once per operation.
 pub(crate) struct RingPort {
     prod: AnyProducer<ObjId>,
     cons: AnyConsumer<ObjId>,

@@ -67,7 +67,7 @@ impl<T: Copy + Send, C: SyncMode> Consumer<T, C> {
     #[inline(always)]
     pub(crate) fn refresh_opp_tail(&mut self) {
         let ix = self.ring.consumer_indices();
-        self.cursor.refresh(&ix);
+        self.cursor.refresh::<C>(&ix);
     }
 
     /// Sets this handle's copy of the opposite side's tail, as if it had been loaded long ago

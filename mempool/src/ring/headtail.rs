@@ -14,8 +14,9 @@ use crate::sync::atomic::Ordering;
 /// Per-handle state of a side.
 ///
 /// The head is used only by [`Single`](super::Single) handles; shared modes work on the shared
-/// words. Every handle keeps its own cached copy of the opposite tail (see
-/// `Indices::avail_cached` for the shared modes). `htd_max` is used only by RTS handles.
+/// words. Single, RTS and HTS handles keep their own cached copy of the opposite tail (see
+/// `Indices::avail_cached` for RTS and HTS); a Multi side caches it in its shared head word
+/// (`mt.rs`). `htd_max` is used only by RTS handles.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Cursor {
     /// This side's head, which equals its tail between operations. Single mode has one writer
@@ -54,10 +55,14 @@ impl Cursor {
     /// For handles whose cache cannot be trusted to be less than 2^32 counters old: the pool's
     /// borrowed clones (`pool/port.rs`) never keep what they learn, so their cache is the one
     /// loaded when the pool was made. A fresh copy is never ahead of the truth, and it is at
-    /// most one operation's worth of counters behind by the time `reserve` uses it.
+    /// most one operation's worth of counters behind by the time `reserve` uses it. A no-op for
+    /// [`Multi`](super::Multi) sides, whose cache lives in the shared head word and cannot go
+    /// stale (`mt.rs`).
     #[inline(always)]
-    pub(crate) fn refresh(&mut self, ix: &Indices<'_>) {
-        self.cached_opp_tail = ix.opp_pos();
+    pub(crate) fn refresh<M: SyncMode>(&mut self, ix: &Indices<'_>) {
+        if M::TYPE != SyncType::Multi {
+            self.cached_opp_tail = ix.opp_pos();
+        }
     }
 
     /// Claims up to `n` counters (exactly `n` or none when `fixed`).
@@ -74,7 +79,7 @@ impl Cursor {
     ) -> (u32, u32) {
         match M::TYPE {
             SyncType::Single => self.reserve_single(ix, n, fixed),
-            SyncType::Multi => mt::reserve(ix, &mut self.cached_opp_tail, n, fixed),
+            SyncType::Multi => mt::reserve(ix, n, fixed),
             SyncType::Rts => rts::reserve(ix, &mut self.cached_opp_tail, self.htd_max, n, fixed),
             SyncType::Hts => hts::reserve(ix, &mut self.cached_opp_tail, n, fixed),
         }

@@ -11,7 +11,7 @@
 //! | mode   | `head` word              | `tail` word                          |
 //! |--------|--------------------------|--------------------------------------|
 //! | Single | unused                   | position                             |
-//! | Multi  | position (CAS)           | position                             |
+//! | Multi  | cached opposite position << 32 \| position (CAS) | position     |
 //! | RTS    | op count << 32 \| position | finish count << 32 \| position      |
 //! | HTS    | unused                   | head position << 32 \| tail position |
 //!
@@ -75,7 +75,8 @@ impl Indices<'_> {
     /// tail was acquired, by this handle, so our accesses to them are ordered after theirs.
     ///
     /// This is the Single handles' rule (see [`Cursor`](super::headtail::Cursor)) carried over
-    /// to shared sides: DPDK's multi-thread paths load the opposite tail on every operation.
+    /// to the RTS and HTS sides (Multi sides cache the position in their head word instead, see
+    /// `mt.rs`): DPDK's multi-thread paths load the opposite tail on every operation.
     /// A handle that keeps claiming while the ring has room reads the opposite side's line
     /// about once per `avail` counters instead of once per operation.
     #[inline(always)]
@@ -110,8 +111,11 @@ pub(crate) const fn word(hi: u32, lo: u32) -> u64 {
 /// The `(head, tail)` words of a side of mode `mode` whose counters all start at `start`.
 pub(crate) const fn initial_words(mode: SyncType, start: u32) -> (u64, u64) {
     match mode {
-        // Counts start at 0; the HTS word holds the head position in its high half.
-        SyncType::Single | SyncType::Multi | SyncType::Rts => (word(0, start), word(0, start)),
+        // Counts start at 0; the HTS word holds the head position in its high half. The Multi
+        // head caches the opposite tail, which starts at `start` too (an empty ring: no room
+        // for the consumer, `capacity` for the producer).
+        SyncType::Single | SyncType::Rts => (word(0, start), word(0, start)),
+        SyncType::Multi => (word(start, start), word(0, start)),
         SyncType::Hts => (word(0, start), word(start, start)),
     }
 }

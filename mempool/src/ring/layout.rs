@@ -75,9 +75,11 @@ pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"dp-ring\0");
 /// Layout version; bump on any change to [`RingMeta`] or [`RingHeader`] or to what their
 /// fields mean.
 ///
+/// 3: a Multi side's head word caches the opposite position in its high half (version 2 kept
+/// it 0: a version-2 process sharing a Multi side would corrupt that cache, so it is refused).
 /// 2: the two words of each side share a line pair and are 64 bits wide (RTS and HTS modes);
 /// version 1 had four `u32` counters on four line pairs.
-pub(crate) const VERSION: u32 = 2;
+pub(crate) const VERSION: u32 = 3;
 
 /// Immutable description of the ring, written once by `init_in`.
 #[repr(C)]

@@ -53,14 +53,21 @@
 //! by the CAS, copies run in parallel, and publication happens in claim order, so the opposite
 //! side only ever sees a gap-free prefix.
 //!
-//! Unlike DPDK, a shared-side handle also keeps its last load of the opposite tail and reloads
-//! it only when it looks short or impossible. **A handle idle while the other handles of its
-//! side move about 2^32 counters** (counters are u32) can find that copy looking valid again
-//! and claim what is not there (a consumer: slots whose elements were already taken). The
-//! pools reload before each ring operation (the cache-less port) and each cache miss; a
-//! program that keeps its own clone of a shared-side handle idle that long should do the same
-//! (make one operation on a fresh clone of the ring's handles), or use DPDK's rule of one load
-//! per operation.
+//! Unlike DPDK, the side caches the opposite tail: the high half of its head word holds the last
+//! opposite position a claimant loaded, moved together with the head by the claim CAS, and a
+//! claimant reloads the opposite tail only when that position says there is not enough room.
+//! DPDK loads the opposite tail on every operation, pulling the other side's line over while
+//! that side is busy. The cache is the side's, not a handle's, so it cannot go stale: the claim
+//! CAS keeps `head` within `capacity` of it (see `mt.rs`).
+//!
+//! RTS and HTS handles cache the opposite tail per handle instead (their head words have no
+//! room for it), and reload it only when it looks short or impossible. **Such a handle idle
+//! while the other handles of its side move about 2^32 counters** (counters are u32) can find
+//! its copy looking valid again and claim what is not there (a consumer: slots whose elements
+//! were already taken). The pools reload before each ring operation (the cache-less port) and
+//! each cache miss; a program that keeps its own clone of an RTS or HTS handle idle that long
+//! should do the same (make one operation on a fresh clone of the ring's handles), or use
+//! DPDK's rule of one load per operation.
 //!
 //! ## RTS and HTS
 //!
@@ -86,7 +93,7 @@
 //! | A1 | consumer loads `prod.tail`, Acquire | R1 | |
 //! | R2 | consumer publishes `cons.tail`, Release | A2 | slot reads before the producer's next writes of those slots |
 //! | A2 | producer loads `cons.tail`, Acquire | R2 | |
-//! | R3 | Multi/RTS head CAS success, Release | A3 | a later head mover sees at least our view of the opposite tail |
+//! | R3 | Multi/RTS head CAS success, Release | A3 | a later head mover sees at least our view of the opposite tail (Multi: and the slot accesses below the opposite position cached in the word) |
 //! | A3 | Multi/RTS head load / CAS failure, Acquire | R3 | (so its room computation never underflows) |
 //! | A4 | Multi tail wait, Acquire | R1 / R2 of the same-side predecessor | predecessor's slot accesses before our tail store |
 //! | A5 | HTS word load / CAS failure, Acquire | R1 / R2 of the same-side predecessor | predecessor's operation before our claim |

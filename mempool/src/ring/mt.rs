@@ -1,52 +1,82 @@
-//! [`Multi`](super::Multi) sides: DPDK's default multi-thread sync (`rte_ring_c11_pvt.h`).
+//! [`Multi`](super::Multi) sides: DPDK's default multi-thread sync (`rte_ring_c11_pvt.h`), with
+//! the opposite tail cached in the head word.
 //!
-//! Claim: load the head, compute the room against the opposite tail, CAS the head forward by
-//! `n`, retrying on contention. Publish: wait until the tail equals the head we started from
-//! (every earlier claimant has published), then store the new tail. Claims are serialised by the
-//! CAS, copies run in parallel, and publication happens in claim order, so the opposite side
-//! only ever sees a gap-free prefix.
+//! Claim: load the head word, compute the room against the opposite position cached in it,
+//! CAS the word forward by `n`, retrying on contention. Publish: wait until the tail equals the
+//! head we started from (every earlier claimant has published), then store the new tail.
+//! Claims are serialised by the CAS, copies run in parallel, and publication happens in claim
+//! order, so the opposite side only ever sees a gap-free prefix.
+//!
+//! **The cached opposite position.** The head word is `cached << 32 | head`: the high half is
+//! a position of the opposite tail that some claimant of this side loaded (A1/A2) and wrote
+//! with its CAS. DPDK loads the opposite tail on every operation, which pulls the opposite
+//! side's line over while that side is busy; here a claimant loads it only when the cached
+//! position says there is not enough room, and writes the fresh position with its claim, so
+//! every thread of the side benefits from every reload. Because the cached position and the
+//! head move in one CAS, the invariant `0 <= base + cached - head <= capacity` holds for every
+//! value of the word (a claim grants at most `base + cached - head`), so the cache cannot
+//! alias however long a handle sits idle: it belongs to the side, not to a handle. The
+//! per-handle cache of the other modes (`Cursor::cached_opp_tail`) is not used.
+//!
+//! **Backoff.** A claimant whose CAS lost spins a few hints before retrying ([`Backoff`]): two
+//! claimants in lockstep otherwise keep pulling the head line from each other between a claim
+//! and its tail store.
 //!
 //! Ordering edges (labels as in the [ring module docs](super#memory-ordering-edges)):
 //!
 //! - **R3** Release on a successful head CAS / **A3** Acquire on the head load and on a failed
-//!   CAS: a thread that continues from another thread's head has also seen at least the
-//!   opposite tail that thread saw, so its `avail` is never computed from an older opposite
-//!   tail (which would underflow and overrun unpublished or unconsumed slots).
+//!   CAS: a thread that continues from another thread's head word has also seen everything
+//!   that thread saw before its CAS, in particular the opposite side's slot accesses below the
+//!   cached position it wrote (it acquired them with A1/A2). So a claim granted from a cached
+//!   position is ordered after those accesses even when another thread loaded the position,
+//!   and a reload (read-read coherence after A3) is never older than the cached position, so
+//!   the room never underflows. A successful CAS continues the release sequence of every
+//!   earlier CAS on the word, so acquiring any later value synchronises with all of them.
 //! - **A4** Acquire in the tail wait, pairing with R1/R2 of the same-side predecessor: the
 //!   predecessor's slot accesses happen-before our tail store. A plain store does not continue
 //!   a release sequence, so without A4 an opposite-side thread synchronising with our tail would
 //!   not be ordered after the predecessor's slot accesses.
 
-use super::index::{Indices, grant, lo, word};
-use crate::sync::SpinWait;
+use super::index::{Indices, grant, hi, lo, word};
 use crate::sync::atomic::Ordering;
+use crate::sync::{Backoff, SpinWait};
 
 /// Claims up to `n` counters (exactly `n` or none when `fixed`); returns the first counter and
-/// the count (0: nothing claimed). `cache` is the handle's copy of the opposite tail.
+/// the count (0: nothing claimed).
 #[inline(always)]
-pub(crate) fn reserve(ix: &Indices<'_>, cache: &mut u32, n: u32, fixed: bool) -> (u32, u32) {
-    // A3: pairs with R3 of the thread whose CAS wrote this head value.
+pub(crate) fn reserve(ix: &Indices<'_>, n: u32, fixed: bool) -> (u32, u32) {
+    // A3: pairs with R3 of the thread whose CAS wrote this word.
     let mut old = ix.head.load(Ordering::Acquire);
+    let mut backoff = Backoff::new();
     loop {
-        // A1/A2 (in `avail_cached`, when it reloads). Because of A3 a reload cannot return an
-        // older opposite tail than the one the previous head mover used, so `avail` does not
-        // underflow; a stale cached copy is caught by `avail_cached`. `avail` may exceed the
-        // true count if `old` is stale; then the CAS below fails and we retry.
         let head = lo(old);
-        let k = grant(ix.avail_cached(head, cache, n), n, fixed);
+        let mut cached = hi(old);
+        let mut avail = ix.avail(head, cached);
+        // More than `capacity` is impossible for a word the protocol wrote; a peer process may
+        // have written it, so reload then too (the grant below stays <= n <= capacity).
+        if avail < n || avail > ix.capacity {
+            // A1/A2 (in `opp_pos`), after A3: not older than `cached` (module docs).
+            cached = ix.opp_pos();
+            avail = ix.avail(head, cached);
+        }
+        let k = grant(avail, n, fixed);
         if k == 0 {
             return (head, 0);
         }
-        // R3 on success (pairs with A3 of the next head mover); A3 on failure (the returned head
+        // R3 on success (pairs with A3 of the next head mover); A3 on failure (the returned word
         // was written by another mover's R3). Weak CAS: a spurious failure just loops.
         match ix.head.compare_exchange_weak(
             old,
-            word(0, head.wrapping_add(k)),
+            word(cached, head.wrapping_add(k)),
             Ordering::Release,
             Ordering::Acquire,
         ) {
             Ok(_) => return (head, k),
-            Err(current) => old = current,
+            Err(current) => {
+                // Lost to another claimant: let it finish with the line (see `Backoff`).
+                backoff.spin();
+                old = current;
+            }
         }
     }
 }

@@ -68,7 +68,7 @@ impl<T: Copy + Send, P: SyncMode> Producer<T, P> {
     #[inline(always)]
     pub(crate) fn refresh_opp_tail(&mut self) {
         let ix = self.ring.producer_indices();
-        self.cursor.refresh(&ix);
+        self.cursor.refresh::<P>(&ix);
     }
 
     /// Enqueues one element, or gives it back if the ring is full.
