@@ -24,7 +24,8 @@ pub struct FabricConfig {
     /// listen elsewhere and still dial the kernel's 18634.
     pub peer_port: Option<u16>,
     /// Receive buffers posted per connection (RDS-IB's `max_recv_wr`, 1024 in the
-    /// kernel): the credits the peer gets. At most 16383 (the credit counter's limit).
+    /// kernel): the credits the peer gets. At least [`MIN_RECV_DEPTH`] (a sender holds its
+    /// last credit back for credit updates), at most 16383 (the credit counter's limit).
     pub recv_depth: u32,
     /// Request a send completion at least every this many frames (RDS-IB's
     /// `max_unsignaled_wr`, 16); the last frame of every message and every ACK-only frame
@@ -39,6 +40,9 @@ pub struct FabricConfig {
     /// Completions taken per completion-queue poll.
     pub cq_batch: usize,
 }
+
+/// Fewest receive buffers per connection [`FabricConfig::check`] accepts.
+pub const MIN_RECV_DEPTH: u32 = 4;
 
 impl Default for FabricConfig {
     fn default() -> Self {
@@ -62,8 +66,15 @@ impl FabricConfig {
     ///
     /// A text naming the bad field and the range it must be in.
     pub fn check(&self) -> Result<(), &'static str> {
-        if self.recv_depth == 0 || self.recv_depth > crate::path::CREDIT_LIMIT {
-            return Err("FabricConfig::recv_depth must be 1..=16383 (the credit limit)");
+        // A tiny ring cannot work: the peer holds its last send credit back for a credit
+        // update while it has nothing new to advertise (RDS-IB's hold-back rule), so with one
+        // buffer no frame ever moves, and credit updates need room to be asked for before
+        // the peer stops (`Credits::update_at`).
+        if self.recv_depth < MIN_RECV_DEPTH || self.recv_depth > crate::path::CREDIT_LIMIT {
+            return Err(
+                "FabricConfig::recv_depth must be 4..=16383: at least 4 (the last credit is \
+                 held back for credit updates), at most the credit limit",
+            );
         }
         if self.signal_every == 0 {
             return Err("FabricConfig::signal_every must be at least 1");
@@ -138,5 +149,25 @@ impl FabricStats {
             ("fabric_rdma_errors", self.rdma_errors),
         ]
         .into_iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recv_depth_below_two_or_above_the_credit_limit_is_refused() {
+        let with = |recv_depth| FabricConfig {
+            recv_depth,
+            ..FabricConfig::default()
+        };
+        for bad in [0, 1, 3, crate::path::CREDIT_LIMIT + 1] {
+            let err = with(bad).check().expect_err("refused");
+            assert!(err.contains("recv_depth must be 4..=16383"), "{bad}: {err}");
+        }
+        for good in [MIN_RECV_DEPTH, 256, crate::path::CREDIT_LIMIT] {
+            assert_eq!(with(good).check(), Ok(()), "{good}");
+        }
     }
 }

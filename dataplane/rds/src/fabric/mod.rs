@@ -69,6 +69,6 @@ mod link;
 mod rdma;
 mod transport;
 
-pub use config::{FabricConfig, FabricStats, HDR_SLOT, RECV_BUF};
+pub use config::{FabricConfig, FabricStats, HDR_SLOT, MIN_RECV_DEPTH, RECV_BUF};
 pub use rdma::{CM_PRIVATE_MAX, MAX_WINDOW, WINDOW_EXT_LEN, append_window, peer_window};
 pub use transport::{FabricTransport, FabricTransportError};

@@ -6,7 +6,8 @@
 //! have not yet told the peer about: any frame can carry up to 255 of them in `h_credit`.
 //! The last send credit is held back unless it can carry posted credits with it, so both
 //! sides can never be left at zero with nothing able to move credits. When 16 or more are
-//! posted and unadvertised, an ack is requested so an ACK-only frame carries them.
+//! posted and unadvertised, an ack is requested so an ACK-only frame carries them; on a ring
+//! of 32 buffers or fewer at half the ring instead (see [`Credits::update_at`]).
 //!
 //! The kernel packs both counters into one atomic word (16 bits each); here one owner
 //! holds them, so they are plain fields, and a grant that would push send credits past
@@ -31,6 +32,9 @@ pub struct Credits {
     pub posted: u32,
     /// A transmit stopped for lack of credits (`RDS_LL_SEND_FULL`).
     pub send_full: bool,
+    /// Receive buffers granted to the peer in the connection's private data (our ring), 0
+    /// before that: bounds [`Credits::update_at`].
+    pub granted: u32,
 }
 
 /// A grant would exceed [`CREDIT_LIMIT`].
@@ -38,6 +42,26 @@ pub struct Credits {
 pub struct CreditOverflow;
 
 impl Credits {
+    /// Posted credits at which an update is requested: [`CREDIT_UPDATE_AT`] (the kernel's
+    /// fixed 16), or half the ring granted to the peer when that is less, but at least 2.
+    ///
+    /// A peer that has nothing of its own to advertise stops with one credit held back, after
+    /// `granted - 1` frames; we then hold at most `granted - 1` posted credits, and with the
+    /// kernel's fixed 16 a ring of 16 or fewer buffers never reaches it: a multi-fragment
+    /// message stalls for good (seen with 16 buffers and a 100 kB message). Half the ring is
+    /// reached first, and leaves the peer half its window meanwhile. The floor of 2 keeps two
+    /// idle sides from trading credit updates forever: each ACK-only frame uses one buffer of
+    /// the side it reaches, whose re-post alone must not call for the next update (the storm
+    /// the kernel's comment in `rds_ib_advertise_credits` describes). Rings of 3 or more
+    /// buffers satisfy both ([`FabricConfig`](crate::fabric::FabricConfig) asks for 4).
+    pub fn update_at(&self) -> u32 {
+        if self.granted == 0 {
+            CREDIT_UPDATE_AT
+        } else {
+            CREDIT_UPDATE_AT.min((self.granted / 2).max(2))
+        }
+    }
+
     /// `rds_ib_send_grab_credits(wanted, need_posted, max_posted)`: returns (credits got,
     /// posted credits to advertise). Without flow control every request is granted.
     pub fn grab(&mut self, wanted: u32, need_posted: bool, max_posted: u32) -> (u32, u32) {
@@ -89,6 +113,24 @@ mod tests {
             send,
             posted,
             send_full: false,
+            granted: 0,
+        }
+    }
+
+    #[test]
+    fn test_credit_update_threshold_is_reached_on_small_rings() {
+        let mut c = Credits::default();
+        assert_eq!(
+            c.update_at(),
+            CREDIT_UPDATE_AT,
+            "before the grant: the kernel's 16"
+        );
+        for (ring, at) in [(1024, 16), (33, 16), (32, 16), (16, 8), (4, 2), (3, 2)] {
+            c.granted = ring;
+            assert_eq!(c.update_at(), at, "ring of {ring}");
+            // The peer stops after `ring - 1` frames (one credit held back): we must have asked
+            // for an update by then; one re-posted buffer alone never asks.
+            assert!(at < ring && at >= 2, "ring of {ring}: update at {at}");
         }
     }
 

@@ -51,7 +51,7 @@ impl Path {
             return;
         }
         self.credits.posted = self.credits.posted.saturating_add(n);
-        if self.credits.on && self.credits.posted >= super::credit::CREDIT_UPDATE_AT {
+        if self.credits.on && self.credits.posted >= self.credits.update_at() {
             self.request_ack(ctx.stats);
         }
     }
@@ -62,7 +62,9 @@ impl Path {
         if self.cfg.flavor != Flavor::Message || !self.cfg.flow_control {
             return 0;
         }
-        core::mem::take(&mut self.credits.posted)
+        let granted = core::mem::take(&mut self.credits.posted);
+        self.credits.granted = granted;
+        granted
     }
 
     /// The ack to put in our connection private data (`dp_ack_seq`).
