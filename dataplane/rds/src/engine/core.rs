@@ -16,6 +16,7 @@ use super::conn::{Conn, ConnKey};
 use super::mr::MrTable;
 use super::socket::{RdmaNotify, RdsSocket, Ready, SocketTable};
 use crate::addr::Addr;
+use crate::idmap::IdMap;
 use crate::path::{ConnState, Path, PathCmd, PathCtx, PathId, PeerParams, RxRefused, TxFrame};
 use crate::rng::Rng;
 use crate::stats::Stats;
@@ -134,7 +135,7 @@ pub struct RdsEngine {
     pub(crate) conns: Vec<Conn>,
     pub(crate) conn_by_key: HashMap<ConnKey, u32>,
     pub(crate) cong: CongTable,
-    pub(crate) local: HashMap<Addr, MapIdx>,
+    pub(crate) local: IdMap<Addr, MapIdx>,
     pub(crate) monitors: Vec<u32>,
     pub(crate) seen_cong: Vec<u32>,
     pub(crate) gen_num: u32,
@@ -207,7 +208,7 @@ impl RdsEngine {
             conns: Vec::new(),
             conn_by_key: HashMap::with_capacity(cfg.max_conns as usize),
             cong: CongTable::default(),
-            local: HashMap::new(),
+            local: IdMap::default(),
             monitors: Vec::with_capacity(cfg.max_sockets as usize),
             seen_cong: Vec::with_capacity(cfg.max_sockets as usize),
             gen_num,

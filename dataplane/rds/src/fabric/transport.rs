@@ -2,7 +2,7 @@
 //! management (listen, connect, accept with RDS-IB's private data, events) and the
 //! dispatch of the data path to each connection's [`Link`].
 
-use std::collections::HashMap;
+use crate::idmap::IdMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
@@ -36,8 +36,8 @@ pub struct FabricTransport<P: Provider> {
     cfg: FabricConfig,
     /// Declared before the device: every queue pair is dropped before the channel and the
     /// protection domain it was made from.
-    links: HashMap<PathId, Link<P>>,
-    by_conn: HashMap<ConnId, PathId>,
+    links: IdMap<PathId, Link<P>>,
+    by_conn: IdMap<ConnId, PathId>,
     listeners: Vec<(ListenId, SocketAddr)>,
     frag_mr: P::Mr,
     /// The RDMA window and its registration for local access (the local side of RDMA
@@ -117,8 +117,8 @@ impl<P: Provider> FabricTransport<P> {
             scratch: Box::new([0; RECV_BUF]),
             name: format!("{}-ring", engine.config().name),
             cfg,
-            links: HashMap::new(),
-            by_conn: HashMap::new(),
+            links: IdMap::default(),
+            by_conn: IdMap::default(),
             listeners: Vec::new(),
             frag_mr,
             window: None,
