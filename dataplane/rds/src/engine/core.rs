@@ -383,7 +383,9 @@ impl RdsEngine {
     /// After any input to a path: route what it produced, then schedule its commands,
     /// transmits and timer.
     pub(crate) fn after_path(&mut self, now: Instant, id: PathId) {
-        loop {
+        // Most inputs (a data frame taken whole, a completion, a credit) leave nothing to
+        // route: one look at the path's outputs instead of taking each of them.
+        while self.conns[id.conn as usize].paths[id.index as usize].has_output() {
             let p = &mut self.conns[id.conn as usize].paths[id.index as usize];
             p.take_rdma_done(&mut self.rdma_done);
             if !self.rdma_done.is_empty() {
@@ -401,9 +403,6 @@ impl RdsEngine {
                 p.take_dropped(),
                 p.take_events(),
             );
-            if rx.is_empty() && rel.is_empty() && dropped.is_empty() && !ev.up && !ev.down {
-                break;
-            }
             self.release_sends(rel, None);
             self.release_sends(dropped, Some(RDS_RDMA_DROPPED));
             if ev.up {
