@@ -141,11 +141,11 @@ pub struct RdsEngine {
     pub(crate) gen_num: u32,
     pub(crate) hash_initval: u32,
     timers: Timers,
-    timer_ids: Vec<Option<(TimerId, Instant)>>,
+    /// Per path slot: its timer and whether it is on `tx_active` / `cmd_q` (one entry,
+    /// so that [`touch`](Self::touch), ~3 times per message, indexes one table).
+    sched: Vec<Sched>,
     tx_active: VecDeque<u32>,
-    in_tx: Vec<bool>,
     cmd_q: VecDeque<u32>,
-    in_cmd: Vec<bool>,
     pub(crate) events: VecDeque<u32>,
     /// Memory regions for RDMA, once a transport plugged in its window.
     pub(crate) mr: Option<MrTable>,
@@ -214,11 +214,9 @@ impl RdsEngine {
             gen_num,
             hash_initval,
             timers: Timers::with_capacity(slots),
-            timer_ids: vec![None; slots],
+            sched: vec![Sched::default(); slots],
             tx_active: VecDeque::with_capacity(slots),
-            in_tx: vec![false; slots],
             cmd_q: VecDeque::with_capacity(slots),
-            in_cmd: vec![false; slots],
             events: VecDeque::with_capacity(cfg.max_sockets as usize),
             mr: None,
             rdma_done: Vec::new(),
@@ -438,21 +436,22 @@ impl RdsEngine {
         let slot = Self::slot(id) as usize;
         let conn = &self.conns[id.conn as usize];
         let p = &conn.paths[id.index as usize];
-        if p.has_cmd() && !self.in_cmd[slot] {
-            self.in_cmd[slot] = true;
+        let sched = &mut self.sched[slot];
+        if p.has_cmd() && !sched.in_cmd {
+            sched.in_cmd = true;
             self.cmd_q.push_back(slot as u32);
         }
-        if p.has_tx_work(conn.map_queued) && !self.in_tx[slot] {
-            self.in_tx[slot] = true;
+        if p.has_tx_work(conn.map_queued) && !sched.in_tx {
+            sched.in_tx = true;
             self.tx_active.push_back(slot as u32);
         }
         let want = p.poll_timeout();
-        let have = self.timer_ids[slot];
+        let have = sched.timer;
         if have.map(|(_, at)| at) != want {
             if let Some((tid, _)) = have {
                 self.timers.cancel(tid);
             }
-            self.timer_ids[slot] =
+            self.sched[slot].timer =
                 want.and_then(|at| self.timers.arm(at, slot as u64).ok().map(|tid| (tid, at)));
         }
     }
@@ -535,7 +534,7 @@ impl RdsEngine {
     /// The next request for the transport driver.
     pub fn poll_transport(&mut self) -> Option<TransportCmd> {
         while let Some(slot) = self.cmd_q.pop_front() {
-            self.in_cmd[slot as usize] = false;
+            self.sched[slot as usize].in_cmd = false;
             let id = Self::slot_id(slot);
             let Some(cmd) = self.conns[id.conn as usize].paths[id.index as usize].poll_cmd() else {
                 continue;
@@ -555,7 +554,7 @@ impl RdsEngine {
             // The path may have more (a disconnect then a connect).
             let p = &self.conns[id.conn as usize].paths[id.index as usize];
             if p.has_cmd() {
-                self.in_cmd[slot as usize] = true;
+                self.sched[slot as usize].in_cmd = true;
                 self.cmd_q.push_back(slot);
             }
             return Some(out);
@@ -800,16 +799,18 @@ impl RdsEngine {
     pub fn poll_transmit(&mut self, now: Instant) -> Option<(PathId, TxFrame)> {
         while let Some(slot) = self.tx_active.pop_front() {
             let id = Self::slot_id(slot);
-            self.catch_up(id.conn);
+            if self.conns[id.conn as usize].catchup_seq.is_some() {
+                self.catch_up(id.conn);
+            }
             let f = self.with_path(id, |p, ctx| p.poll_transmit(now, ctx));
             if let Some(f) = f {
-                self.in_tx[slot as usize] = false;
+                self.sched[slot as usize].in_tx = false;
                 self.after_path(now, id);
                 return Some((id, f));
             }
             // Still marked: after_path must not put it back for nothing.
             self.after_path(now, id);
-            self.in_tx[slot as usize] = false;
+            self.sched[slot as usize].in_tx = false;
         }
         None
     }
@@ -823,7 +824,7 @@ impl RdsEngine {
     pub fn handle_timeout(&mut self, now: Instant) {
         while let Some(ev) = self.timers.pop_expired(now) {
             let slot = ev.token as u32;
-            self.timer_ids[slot as usize] = None;
+            self.sched[slot as usize].timer = None;
             let id = Self::slot_id(slot);
             self.with_path(id, |p, ctx| p.handle_timeout(now, ctx));
             self.after_path(now, id);
@@ -884,4 +885,15 @@ impl RdsEngine {
     pub fn path_state(&self, id: PathId) -> Option<ConnState> {
         self.path(id).map(|p| p.state())
     }
+}
+
+/// The scheduling state of one path slot.
+#[derive(Clone, Copy, Debug, Default)]
+struct Sched {
+    /// The path's armed timer and its deadline.
+    timer: Option<(TimerId, Instant)>,
+    /// On `tx_active`.
+    in_tx: bool,
+    /// On `cmd_q`.
+    in_cmd: bool,
 }
