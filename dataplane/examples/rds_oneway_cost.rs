@@ -5,13 +5,19 @@
 //!
 //! ```text
 //! cargo build --release -p dataplane --example rds_oneway_cost
-//! valgrind --tool=callgrind target/release/examples/rds_oneway_cost 20000
-//! valgrind --tool=callgrind target/release/examples/rds_oneway_cost 120000
+//! valgrind --tool=callgrind --fair-sched=yes --toggle-collect='*steady*' \
+//!     target/release/examples/rds_oneway_cost 100000
+//! valgrind --tool=callgrind --fair-sched=yes --toggle-collect='*idle*' \
+//!     target/release/examples/rds_oneway_cost 100000
 //! ```
 //!
-//! The difference of the two totals over the 100,000 messages between them is the cost
-//! per message of both sides (setup and connection excluded). Each loop iteration is one
-//! turn of each side: the sender polls, sends until the socket pushes back and flushes;
+//! The first collects only the measured run (`steady`: 100,000 messages after a warm-up
+//! of 20,000 that brings the connection up), so its total over 100,000 is the cost per
+//! message of both sides; the second only the 10,000 idle turns after it (both nodes
+//! polling empty queues), the cost of a turn that finds nothing. `--fair-sched=yes`: the
+//! shm CM's thread must get to run while the driver spins, or the connection never comes
+//! up. Each turn of the measured run is one turn of each side: the sender polls, sends
+//! until the socket pushes back and flushes;
 //! the receiver polls, receives everything and flushes.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -103,11 +109,17 @@ fn main() {
         "{count} messages in {} turns after a warm-up of {WARMUP}",
         st.iters - iters0
     );
+    // Idle turns (nothing sent): what a node spinning on empty queues pays per turn
+    // (callgrind --toggle-collect='*idle*').
+    idle(&mut a, &mut b, &mut st, IDLE_TURNS);
     let resets = a.engine().stats().conn_reset + b.engine().stats().conn_reset;
     assert_eq!(resets, 0, "no connection was reset");
     drop((a, b));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Turns of both nodes with nothing sent, after the measured run.
+const IDLE_TURNS: u64 = 10_000;
 
 /// Messages sent before the measured run.
 const WARMUP: u64 = 20_000;
@@ -208,5 +220,19 @@ fn drive(
             st.got,
             st.iters
         );
+    }
+}
+
+/// `turns` turns of both nodes with nothing to send (each polls, finds nothing, flushes).
+#[inline(never)]
+fn idle(a: &mut RdsNode, b: &mut RdsNode, st: &mut State, turns: u64) {
+    for _ in 0..turns {
+        st.t += 100;
+        let now = Instant::from_nanos(st.t);
+        for n in [&mut *a, &mut *b] {
+            n.poll(now);
+            while n.engine_mut().poll_event().is_some() {}
+            n.flush(now);
+        }
     }
 }

@@ -532,7 +532,16 @@ impl RdsEngine {
     // ---------------------------------------------------------------------------------
 
     /// The next request for the transport driver.
+    #[inline]
     pub fn poll_transport(&mut self) -> Option<TransportCmd> {
+        // Called twice per loop turn and empty on nearly all: no call for nothing.
+        if self.cmd_q.is_empty() {
+            return None;
+        }
+        self.next_transport_cmd()
+    }
+
+    fn next_transport_cmd(&mut self) -> Option<TransportCmd> {
         while let Some(slot) = self.cmd_q.pop_front() {
             self.sched[slot as usize].in_cmd = false;
             let id = Self::slot_id(slot);
@@ -796,7 +805,16 @@ impl RdsEngine {
     ///
     /// A path that has work but cannot send now (ring full, no credits, held) leaves the
     /// list until an input (a completion, a credit, an ack) changes that.
+    #[inline]
     pub fn poll_transmit(&mut self, now: Instant) -> Option<(PathId, TxFrame)> {
+        // As poll_transport: a turn that finds no path with work makes no call.
+        if self.tx_active.is_empty() {
+            return None;
+        }
+        self.next_frame(now)
+    }
+
+    fn next_frame(&mut self, now: Instant) -> Option<(PathId, TxFrame)> {
         while let Some(slot) = self.tx_active.pop_front() {
             let id = Self::slot_id(slot);
             if self.conns[id.conn as usize].catchup_seq.is_some() {
