@@ -6,7 +6,7 @@
 //! ```text
 //! cargo build --release -p dataplane --example rds_oneway_cost
 //! valgrind --tool=callgrind --fair-sched=yes --toggle-collect='*steady*' \
-//!     target/release/examples/rds_oneway_cost 100000
+//!     target/release/examples/rds_oneway_cost 100000 [BURST]
 //! valgrind --tool=callgrind --fair-sched=yes --toggle-collect='*idle*' \
 //!     target/release/examples/rds_oneway_cost 100000
 //! ```
@@ -14,7 +14,8 @@
 //! The first collects only the measured run (`steady`: 100,000 messages after a warm-up
 //! of 20,000 that brings the connection up), so its total over 100,000 is the cost per
 //! message of both sides; the second only the 10,000 idle turns after it (both nodes
-//! polling empty queues), the cost of a turn that finds nothing. `--fair-sched=yes`: the
+//! polling empty queues), the cost of a turn that finds nothing. `BURST` caps the sends
+//! per turn of the measured run (a receiver that keeps up sees a few frames per turn). `--fair-sched=yes`: the
 //! shm CM's thread must get to run while the driver spins, or the connection never comes
 //! up. Each turn of the measured run is one turn of each side: the sender polls, sends
 //! until the socket pushes back and flushes;
@@ -71,6 +72,12 @@ fn main() {
     let count: u64 = std::env::args()
         .nth(1)
         .map_or(100_000, |s| s.parse().expect("a message count"));
+    // At most this many sends per turn of the measured run (default: until the socket
+    // pushes back): a small burst stands for a receiver that keeps up, so that each of
+    // its turns finds a few frames and the turn's fixed costs count per message.
+    let burst: u64 = std::env::args()
+        .nth(2)
+        .map_or(u64::MAX, |s| s.parse().expect("a burst size"));
     let dir = std::env::temp_dir().join(format!("dp-rds-cost-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("rendezvous directory");
     let (ia, ib) = (
@@ -99,11 +106,13 @@ fn main() {
         iters: 0,
         t,
         t0: t,
+        burst: u64::MAX,
     };
     // Warm-up: the connection comes up (its turns depend on the CM's timing) and the
     // rings fill; then the measured run, alone in `steady` (callgrind --toggle-collect).
     drive(&mut a, &mut b, sa, sb, to, &mut st, WARMUP, true);
     let iters0 = st.iters;
+    st.burst = burst;
     steady(&mut a, &mut b, sa, sb, to, &mut st, WARMUP + count);
     println!(
         "{count} messages in {} turns after a warm-up of {WARMUP}",
@@ -132,6 +141,8 @@ struct State {
     t: u64,
     /// `t` when the warm-up started.
     t0: u64,
+    /// Sends per turn at most.
+    burst: u64,
 }
 
 /// The measured run: [`drive`] to `until` messages, in a function of its own so that
@@ -178,7 +189,8 @@ fn drive(
         let now = Instant::from_nanos(st.t);
         a.poll(now);
         while a.engine_mut().poll_event().is_some() {}
-        while st.sent < until {
+        let stop = st.sent.saturating_add(st.burst).min(until);
+        while st.sent < stop {
             match a
                 .engine_mut()
                 .send_to(now, sa, Some(to), &msg, SendFlags::DONTWAIT)
