@@ -418,8 +418,13 @@ impl RdsEngine {
                 p.take_dropped(),
                 p.take_events(),
             );
-            self.release_sends(rel, None);
-            self.release_sends(dropped, Some(RDS_RDMA_DROPPED));
+            // A data frame's routing has nothing to release: no calls for empty lists.
+            if !rel.is_empty() {
+                self.release_sends(rel, None);
+            }
+            if !dropped.is_empty() {
+                self.release_sends(dropped, Some(RDS_RDMA_DROPPED));
+            }
             if ev.up {
                 self.path_up(now, id);
             }

@@ -334,6 +334,9 @@ impl Path {
     /// operation completed before them): (socket slot, operation), for
     /// `RDS_CMSG_RDMA_STATUS` at completion as the kernel reports it. Drained into `out`.
     pub fn take_rdma_done(&mut self, out: &mut Vec<(u32, RdmaOp)>) {
+        if self.rdma_done.is_empty() {
+            return;
+        }
         out.append(&mut self.rdma_done);
     }
 
