@@ -18,8 +18,20 @@
 //! per turn of the measured run (a receiver that keeps up sees a few frames per turn). `--fair-sched=yes`: the
 //! shm CM's thread must get to run while the driver spins, or the connection never comes
 //! up. Each turn of the measured run is one turn of each side: the sender polls, sends
-//! until the socket pushes back and flushes;
-//! the receiver polls, receives everything and flushes.
+//! until the socket pushes back and flushes; the receiver polls, receives everything and
+//! flushes.
+//!
+//! Measured on branch w-rds64 (both nodes, instructions per message / per idle turn):
+//!
+//! ```text
+//!                       main (af72038)   w-rds64
+//! unlimited burst            5,800        4,888   (-15.7%)
+//! burst 4                    6,549        5,513   (-15.8%)
+//! idle turn                  1,438          656   (-54%)
+//! ```
+//!
+//! The same code built with the bench profile (fat LTO, one codegen unit) runs 4,320
+//! per message at 4,937 for the release profile: cross-crate inlining is worth ~12%.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
