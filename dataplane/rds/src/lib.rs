@@ -178,6 +178,7 @@ pub mod addr;
 pub mod engine;
 pub mod error;
 pub mod fabric;
+mod idmap;
 pub mod node;
 pub mod path;
 pub mod rng;

@@ -16,6 +16,7 @@ use super::conn::{Conn, ConnKey};
 use super::mr::MrTable;
 use super::socket::{RdmaNotify, RdsSocket, Ready, SocketTable};
 use crate::addr::Addr;
+use crate::idmap::IdMap;
 use crate::path::{ConnState, Path, PathCmd, PathCtx, PathId, PeerParams, RxRefused, TxFrame};
 use crate::rng::Rng;
 use crate::stats::Stats;
@@ -134,17 +135,17 @@ pub struct RdsEngine {
     pub(crate) conns: Vec<Conn>,
     pub(crate) conn_by_key: HashMap<ConnKey, u32>,
     pub(crate) cong: CongTable,
-    pub(crate) local: HashMap<Addr, MapIdx>,
+    pub(crate) local: IdMap<Addr, MapIdx>,
     pub(crate) monitors: Vec<u32>,
     pub(crate) seen_cong: Vec<u32>,
     pub(crate) gen_num: u32,
     pub(crate) hash_initval: u32,
     timers: Timers,
-    timer_ids: Vec<Option<(TimerId, Instant)>>,
+    /// Per path slot: its timer and whether it is on `tx_active` / `cmd_q` (one entry,
+    /// so that [`touch`](Self::touch), ~3 times per message, indexes one table).
+    sched: Vec<Sched>,
     tx_active: VecDeque<u32>,
-    in_tx: Vec<bool>,
     cmd_q: VecDeque<u32>,
-    in_cmd: Vec<bool>,
     pub(crate) events: VecDeque<u32>,
     /// Memory regions for RDMA, once a transport plugged in its window.
     pub(crate) mr: Option<MrTable>,
@@ -207,17 +208,15 @@ impl RdsEngine {
             conns: Vec::new(),
             conn_by_key: HashMap::with_capacity(cfg.max_conns as usize),
             cong: CongTable::default(),
-            local: HashMap::new(),
+            local: IdMap::default(),
             monitors: Vec::with_capacity(cfg.max_sockets as usize),
             seen_cong: Vec::with_capacity(cfg.max_sockets as usize),
             gen_num,
             hash_initval,
             timers: Timers::with_capacity(slots),
-            timer_ids: vec![None; slots],
+            sched: vec![Sched::default(); slots],
             tx_active: VecDeque::with_capacity(slots),
-            in_tx: vec![false; slots],
             cmd_q: VecDeque::with_capacity(slots),
-            in_cmd: vec![false; slots],
             events: VecDeque::with_capacity(cfg.max_sockets as usize),
             mr: None,
             rdma_done: Vec::new(),
@@ -381,8 +380,27 @@ impl RdsEngine {
 
     /// After any input to a path: route what it produced, then schedule its commands,
     /// transmits and timer.
+    ///
+    /// Called ~3 times per message (the send, its frame, its completion; the frame, its
+    /// credit at the receiver), and most inputs (a data frame taken whole, a completion, a
+    /// credit) leave nothing to route: the look at the path's outputs is inlined into the
+    /// callers, and only a path with something to route pays for the routing's call.
+    #[inline]
     pub(crate) fn after_path(&mut self, now: Instant, id: PathId) {
-        loop {
+        let conn = &self.conns[id.conn as usize];
+        if conn.paths[id.index as usize].has_output()
+            || (id.index == 0 && conn.catchup_seq.is_some())
+        {
+            self.route_outputs(now, id);
+        }
+        self.touch(now, id);
+    }
+
+    /// The slow half of [`after_path`](Self::after_path): what the path produced goes to
+    /// its sockets, its acked sends are released, and the multipath catch-up is checked.
+    #[inline(never)]
+    fn route_outputs(&mut self, now: Instant, id: PathId) {
+        while self.conns[id.conn as usize].paths[id.index as usize].has_output() {
             let p = &mut self.conns[id.conn as usize].paths[id.index as usize];
             p.take_rdma_done(&mut self.rdma_done);
             if !self.rdma_done.is_empty() {
@@ -400,11 +418,13 @@ impl RdsEngine {
                 p.take_dropped(),
                 p.take_events(),
             );
-            if rx.is_empty() && rel.is_empty() && dropped.is_empty() && !ev.up && !ev.down {
-                break;
+            // A data frame's routing has nothing to release: no calls for empty lists.
+            if !rel.is_empty() {
+                self.release_sends(rel, None);
             }
-            self.release_sends(rel, None);
-            self.release_sends(dropped, Some(RDS_RDMA_DROPPED));
+            if !dropped.is_empty() {
+                self.release_sends(dropped, Some(RDS_RDMA_DROPPED));
+            }
             if ev.up {
                 self.path_up(now, id);
             }
@@ -413,29 +433,30 @@ impl RdsEngine {
         if id.index == 0 && self.conns[id.conn as usize].catchup_seq.is_some() {
             self.catch_up(id.conn);
         }
-        self.touch(now, id);
     }
 
     /// Reschedules a path: its command, its place on the transmit list, its timer.
+    #[inline]
     pub(crate) fn touch(&mut self, _now: Instant, id: PathId) {
         let slot = Self::slot(id) as usize;
         let conn = &self.conns[id.conn as usize];
         let p = &conn.paths[id.index as usize];
-        if p.has_cmd() && !self.in_cmd[slot] {
-            self.in_cmd[slot] = true;
+        let sched = &mut self.sched[slot];
+        if p.has_cmd() && !sched.in_cmd {
+            sched.in_cmd = true;
             self.cmd_q.push_back(slot as u32);
         }
-        if p.has_tx_work(conn.map_queued) && !self.in_tx[slot] {
-            self.in_tx[slot] = true;
+        if p.has_tx_work(conn.map_queued) && !sched.in_tx {
+            sched.in_tx = true;
             self.tx_active.push_back(slot as u32);
         }
         let want = p.poll_timeout();
-        let have = self.timer_ids[slot];
+        let have = sched.timer;
         if have.map(|(_, at)| at) != want {
             if let Some((tid, _)) = have {
                 self.timers.cancel(tid);
             }
-            self.timer_ids[slot] =
+            self.sched[slot].timer =
                 want.and_then(|at| self.timers.arm(at, slot as u64).ok().map(|tid| (tid, at)));
         }
     }
@@ -516,9 +537,18 @@ impl RdsEngine {
     // ---------------------------------------------------------------------------------
 
     /// The next request for the transport driver.
+    #[inline]
     pub fn poll_transport(&mut self) -> Option<TransportCmd> {
+        // Called twice per loop turn and empty on nearly all: no call for nothing.
+        if self.cmd_q.is_empty() {
+            return None;
+        }
+        self.next_transport_cmd()
+    }
+
+    fn next_transport_cmd(&mut self) -> Option<TransportCmd> {
         while let Some(slot) = self.cmd_q.pop_front() {
-            self.in_cmd[slot as usize] = false;
+            self.sched[slot as usize].in_cmd = false;
             let id = Self::slot_id(slot);
             let Some(cmd) = self.conns[id.conn as usize].paths[id.index as usize].poll_cmd() else {
                 continue;
@@ -538,7 +568,7 @@ impl RdsEngine {
             // The path may have more (a disconnect then a connect).
             let p = &self.conns[id.conn as usize].paths[id.index as usize];
             if p.has_cmd() {
-                self.in_cmd[slot as usize] = true;
+                self.sched[slot as usize].in_cmd = true;
                 self.cmd_q.push_back(slot);
             }
             return Some(out);
@@ -780,19 +810,30 @@ impl RdsEngine {
     ///
     /// A path that has work but cannot send now (ring full, no credits, held) leaves the
     /// list until an input (a completion, a credit, an ack) changes that.
+    #[inline]
     pub fn poll_transmit(&mut self, now: Instant) -> Option<(PathId, TxFrame)> {
+        // As poll_transport: a turn that finds no path with work makes no call.
+        if self.tx_active.is_empty() {
+            return None;
+        }
+        self.next_frame(now)
+    }
+
+    fn next_frame(&mut self, now: Instant) -> Option<(PathId, TxFrame)> {
         while let Some(slot) = self.tx_active.pop_front() {
             let id = Self::slot_id(slot);
-            self.catch_up(id.conn);
+            if self.conns[id.conn as usize].catchup_seq.is_some() {
+                self.catch_up(id.conn);
+            }
             let f = self.with_path(id, |p, ctx| p.poll_transmit(now, ctx));
             if let Some(f) = f {
-                self.in_tx[slot as usize] = false;
+                self.sched[slot as usize].in_tx = false;
                 self.after_path(now, id);
                 return Some((id, f));
             }
             // Still marked: after_path must not put it back for nothing.
             self.after_path(now, id);
-            self.in_tx[slot as usize] = false;
+            self.sched[slot as usize].in_tx = false;
         }
         None
     }
@@ -806,7 +847,7 @@ impl RdsEngine {
     pub fn handle_timeout(&mut self, now: Instant) {
         while let Some(ev) = self.timers.pop_expired(now) {
             let slot = ev.token as u32;
-            self.timer_ids[slot as usize] = None;
+            self.sched[slot as usize].timer = None;
             let id = Self::slot_id(slot);
             self.with_path(id, |p, ctx| p.handle_timeout(now, ctx));
             self.after_path(now, id);
@@ -867,4 +908,15 @@ impl RdsEngine {
     pub fn path_state(&self, id: PathId) -> Option<ConnState> {
         self.path(id).map(|p| p.state())
     }
+}
+
+/// The scheduling state of one path slot.
+#[derive(Clone, Copy, Debug, Default)]
+struct Sched {
+    /// The path's armed timer and its deadline.
+    timer: Option<(TimerId, Instant)>,
+    /// On `tx_active`.
+    in_tx: bool,
+    /// On `cmd_q`.
+    in_cmd: bool,
 }

@@ -190,7 +190,12 @@ impl RdsEngine {
                 "MSG_ZEROCOPY is not implemented by this engine",
             ));
         }
-        let rdma = self.rdma_from_cmsgs(cmsgs, s.recverr)?;
+        // Most sends carry no control message: no call for nothing.
+        let rdma = if cmsgs.is_empty() {
+            None
+        } else {
+            self.rdma_from_cmsgs(cmsgs, s.recverr)?
+        };
         let (tos, cached, sport) = (s.tos, s.cached_conn, b.port);
         let len = data.len();
         let local = self.local.contains_key(&daddr);

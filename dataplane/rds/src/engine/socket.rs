@@ -1,13 +1,14 @@
 //! Sockets (`struct rds_sock`): the table, the bind table, readiness, and the types the
 //! socket calls take and return.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use lcore::time::Instant;
 
 use super::config::TransportKind;
 use crate::addr::Addr;
+use crate::idmap::{self, IdMap};
 use crate::store::List;
 use crate::uapi::{POLLERR, POLLIN, POLLOUT, POLLRDNORM, POLLWRBAND, POLLWRNORM};
 
@@ -298,7 +299,8 @@ impl Socket {
 pub(crate) struct SocketTable {
     pub(crate) slots: Vec<Socket>,
     free: Vec<u32>,
-    pub(crate) bound: HashMap<Bound, u32>,
+    /// Entries only local binds make: an [`IdMap`](crate::idmap::IdMap).
+    pub(crate) bound: IdMap<Bound, u32>,
     cap: u32,
 }
 
@@ -307,7 +309,7 @@ impl SocketTable {
         Self {
             slots: Vec::with_capacity(cap as usize),
             free: Vec::with_capacity(cap as usize),
-            bound: HashMap::with_capacity(cap as usize),
+            bound: idmap::with_capacity(cap as usize),
             cap,
         }
     }

@@ -221,6 +221,12 @@ impl<P: Provider> Link<P> {
         }
     }
 
+    /// Received frames wait for the engine (it refused the first): the next
+    /// [`poll_recv`](Self::poll_recv) has work even if nothing new arrived.
+    pub(crate) fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
     /// Fails the connection once the receives that completed before the failure are
     /// taken (a connection that is up only: frames of one not yet known to be up wait).
     pub(crate) fn fail_after_receives(&mut self, cx: &mut LinkCx<'_>) {

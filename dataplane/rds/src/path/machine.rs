@@ -305,6 +305,18 @@ impl Path {
         core::mem::take(&mut self.events)
     }
 
+    /// True if a `take_*` call has something to hand over (received, released, dropped
+    /// messages, finished RDMA operations, state changes): the engine's cheap look after
+    /// every input, which finds nothing after most of them.
+    pub fn has_output(&self) -> bool {
+        !self.rx_done.is_empty()
+            || !self.released.is_empty()
+            || !self.dropped.is_empty()
+            || !self.rdma_done.is_empty()
+            || self.events.up
+            || self.events.down
+    }
+
     /// Messages received whole since the last call, in order (`Lane::Conn` list): data,
     /// pings, pongs, probes and congestion maps ([`Msg::CONG_MAP`]). The caller now owns
     /// them.
@@ -322,6 +334,9 @@ impl Path {
     /// operation completed before them): (socket slot, operation), for
     /// `RDS_CMSG_RDMA_STATUS` at completion as the kernel reports it. Drained into `out`.
     pub fn take_rdma_done(&mut self, out: &mut Vec<(u32, RdmaOp)>) {
+        if self.rdma_done.is_empty() {
+            return;
+        }
         out.append(&mut self.rdma_done);
     }
 
