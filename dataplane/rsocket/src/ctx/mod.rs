@@ -322,7 +322,7 @@ impl<P: Provider> RsContext<P> {
         let mut w = Waiter::new(self.polling_time);
         let mut armed: Option<Armed> = None;
         loop {
-            let (r, nonblocking) = {
+            let (r, nonblocking, unposted) = {
                 let mut c = self.data();
                 let mut r = c.send(id, &data[done..]);
                 if matches!(r, Err(RsError::WouldBlock)) {
@@ -331,10 +331,14 @@ impl<P: Provider> RsContext<P> {
                     r = c.send(id, &data[done..]);
                 }
                 let nb = c.sock(id)?.nonblocking || flags.dontwait;
-                if r.is_err() || done + r.unwrap_or(0) < data.len() || c.has_unposted(id) {
+                let mut unposted = c.has_unposted(id);
+                if r.is_err() || done + r.unwrap_or(0) < data.len() || unposted {
                     c.progress_one(id);
+                    unposted = c.has_unposted(id);
                 }
-                (r, nb)
+                // What a blocking send that is done needs to know is read under this lock
+                // (the bytes are posted, not only buffered), not under a second one.
+                (r, nb, unposted)
             };
             match r {
                 Ok(n) => {
@@ -344,7 +348,7 @@ impl<P: Provider> RsContext<P> {
                     }
                     if done == data.len() {
                         // Blocking: returns once the bytes are posted, not only buffered.
-                        if !self.data().has_unposted(id) {
+                        if !unposted {
                             return Ok(done);
                         }
                     } else {
