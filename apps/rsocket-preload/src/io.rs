@@ -14,7 +14,10 @@ const IN: c_short = libc::POLLIN;
 const OUT: c_short = libc::POLLOUT;
 
 /// Runs one data call: `kernel` for a kernel descriptor, else `rs(handle)` on the rsocket
-/// (non-blocking), waiting for `want` between tries when the program's call blocks.
+/// (non-blocking). When the program's call blocks, a try that finds nothing is retried at
+/// once for the polling time, then after yields, then after waits for `want`
+/// ([`block::Retry`]: each try makes progress on the socket, and the one that finds the
+/// data returns it).
 fn call(
     fd: c_int,
     want: c_short,
@@ -29,16 +32,32 @@ fn call(
             -1
         }
         Ok(Route::Kernel) => kernel(),
-        Ok(Route::Rs { handle, nonblock }) => loop {
-            let r = rs(handle);
-            if r >= 0 || nonblock || dontwait || real::errno() != libc::EAGAIN {
-                return r;
+        Ok(Route::Rs { handle, nonblock }) => {
+            let mut retry = block::Retry::new();
+            loop {
+                let r = rs(handle);
+                if r >= 0 || nonblock || dontwait || real::errno() != libc::EAGAIN {
+                    return r;
+                }
+                let waited = match retry.next() {
+                    block::Next::Wait => block::wait(handle, want, since, -1),
+                    next => {
+                        if next == block::Next::Yield {
+                            std::thread::yield_now();
+                        }
+                        if signals::interrupts() != since {
+                            Err(libc::EINTR)
+                        } else {
+                            Ok(true)
+                        }
+                    }
+                };
+                if let Err(e) = waited {
+                    real::set_errno(e);
+                    return -1;
+                }
             }
-            if let Err(e) = block::wait(handle, want, since, -1) {
-                real::set_errno(e);
-                return -1;
-            }
-        },
+        }
     }
 }
 

@@ -78,6 +78,11 @@ impl Waiter {
         self.spun_out
     }
 
+    /// True once the busy-poll phase and `d` of the yielding phase after it are over.
+    pub(crate) fn yielded_for(&mut self, d: Duration) -> bool {
+        self.spun_out && self.elapsed() >= self.spin + d
+    }
+
     fn elapsed(&mut self) -> Duration {
         self.start.get_or_insert_with(Instant::now).elapsed()
     }
