@@ -811,8 +811,14 @@ impl RdsEngine {
 
     /// The transport posted `n` receive buffers for `path` (credits).
     pub fn handle_recv_posted(&mut self, now: Instant, path: PathId, n: u32) {
-        if self.valid(path) {
-            self.with_path(path, |p, ctx| p.handle_recv_posted(n, ctx));
+        if !self.valid(path) {
+            return;
+        }
+        // Every receive repost lands here (once per batch a transport takes), and most
+        // only add credits below the update threshold: nothing to route or schedule then
+        // (has_tx_work does not look at posted credits), so no after_path.
+        let asked = self.with_path(path, |p, ctx| p.handle_recv_posted(n, ctx));
+        if asked || (path.index == 0 && self.conns[path.conn as usize].catchup_seq.is_some()) {
             self.after_path(now, path);
         }
     }
