@@ -17,6 +17,16 @@
 //! pinging side polls and tries to receive) until the pong is there. `--fair-sched=yes`:
 //! the shm CM's thread must get to run while the driver spins, or the connection never
 //! comes up.
+//!
+//! Measured on branch w-rdsrtt (both nodes, instructions per round trip; 2.15 frames
+//! sent per round trip: ping, pong and 0.15 ACK-only or credit frames):
+//!
+//! ```text
+//! main (f9151a1)                                       10,627
+//! engine timer kept when the deadline moves out         10,222
+//! repost below the credit threshold: no after_path      10,039
+//! a pong's path touched once                             9,970   (-6.2%)
+//! ```
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
