@@ -223,6 +223,57 @@ fn test_delayed_ack_releases_the_tail_of_a_one_way_burst() {
     );
 }
 
+/// A delayed ack stopped by a piggyback and armed again later fires at its new deadline:
+/// not at the stopped one (the engine's timer for the path may still be armed there),
+/// and not never.
+#[test]
+fn test_delayed_ack_rearmed_later_fires_at_the_later_deadline() {
+    let d = Duration::from_millis(1);
+    let t = TransportSpec {
+        path: PathConfig {
+            delayed_ack: Some(d),
+            max_unacked_packets: 1000,
+            ..PathConfig::message()
+        },
+        ..TransportSpec::ib()
+    };
+    let mut net = pair(t, SimConfig::default());
+    let (s, _) = net.socket(0, sa(A, 4000));
+    let (r, _) = net.socket(1, sa(B, 4001));
+    let queued = |net: &mut SimNet| net.engine(0).queued_bytes(s).unwrap().0;
+    let fired = |net: &mut SimNet| net.engine(1).stats().delayed_ack_fired;
+    // The first message asks for its ack and gets it at once.
+    net.send_blocking(0, s, sa(B, 4001), &payload(9, 0, 64), 100_000)
+        .unwrap();
+    net.run_until(100_000, |net| queued(net) == 0 && net.recv(1, r).is_some());
+    // A tail that asks for no ack: B arms its delayed ack; B's own message to A then
+    // carries the ack (and stops the timer) well before it is due.
+    net.send_blocking(0, s, sa(B, 4001), &payload(9, 1, 64), 100_000)
+        .unwrap();
+    net.run_until(100_000, |net| net.recv(1, r).is_some());
+    net.send_blocking(1, r, sa(A, 4000), &payload(9, 2, 64), 100_000)
+        .unwrap();
+    net.run_until(100_000, |net| queued(net) == 0);
+    while net.recv(0, s).is_some() {}
+    assert_eq!(fired(&mut net), 0, "the piggyback took the ack");
+    // Half the delay later, another tail: B's delayed ack is armed again, later than the
+    // deadline that was stopped.
+    net.now = net.now.saturating_add(d / 2);
+    let t2 = net.now;
+    net.send_blocking(0, s, sa(B, 4001), &payload(9, 3, 64), 100_000)
+        .unwrap();
+    net.run_until(100_000, |net| fired(net) > 0);
+    assert!(
+        net.now >= t2.saturating_add(d),
+        "fired at {:?}, before the deadline {:?}",
+        net.now,
+        t2.saturating_add(d)
+    );
+    assert_eq!(queued(&mut net), 64, "the tail waited for the timer");
+    net.run_until(100_000, |net| queued(net) == 0);
+    assert_eq!(fired(&mut net), 1);
+}
+
 #[test]
 fn test_credits_flow_and_bound_what_is_in_flight() {
     let mut net = pair(

@@ -450,9 +450,20 @@ impl RdsEngine {
             sched.in_tx = true;
             self.tx_active.push_back(slot as u32);
         }
+        // The path's timer: an engine timer armed no later than the path's earliest
+        // deadline. One that is earlier (the deadline moved out or went away) is kept: it
+        // fires, the path finds nothing due (spurious calls do nothing) and is touched
+        // again, which arms the deadline it has then. A ping/pong arms the delayed ack on
+        // every frame received and stops it with the next frame sent; re-arming and
+        // cancelling the engine timer each time was ~400 instructions per round trip.
         let want = p.poll_timeout();
         let have = sched.timer;
-        if have.map(|(_, at)| at) != want {
+        let keep = match (have, want) {
+            (Some((_, at)), Some(w)) => at <= w,
+            (_, None) => true,
+            (None, Some(_)) => false,
+        };
+        if !keep {
             if let Some((tid, _)) = have {
                 self.timers.cancel(tid);
             }
@@ -800,8 +811,14 @@ impl RdsEngine {
 
     /// The transport posted `n` receive buffers for `path` (credits).
     pub fn handle_recv_posted(&mut self, now: Instant, path: PathId, n: u32) {
-        if self.valid(path) {
-            self.with_path(path, |p, ctx| p.handle_recv_posted(n, ctx));
+        if !self.valid(path) {
+            return;
+        }
+        // Every receive repost lands here (once per batch a transport takes), and most
+        // only add credits below the update threshold: nothing to route or schedule then
+        // (has_tx_work does not look at posted credits), so no after_path.
+        let asked = self.with_path(path, |p, ctx| p.handle_recv_posted(n, ctx));
+        if asked || (path.index == 0 && self.conns[path.conn as usize].catchup_seq.is_some()) {
             self.after_path(now, path);
         }
     }
@@ -913,7 +930,8 @@ impl RdsEngine {
 /// The scheduling state of one path slot.
 #[derive(Clone, Copy, Debug, Default)]
 struct Sched {
-    /// The path's armed timer and its deadline.
+    /// The engine timer armed for the path and its deadline: no later than the path's
+    /// earliest deadline, possibly earlier or with none left (see `touch`).
     timer: Option<(TimerId, Instant)>,
     /// On `tx_active`.
     in_tx: bool,

@@ -35,13 +35,19 @@ impl RdsEngine {
             return;
         }
         conn.ping_triggered = true;
-        self.queue_probe(now, PathId { conn: c, index: 0 }, PROBE_PORT, 0);
+        let id = PathId { conn: c, index: 0 };
+        if self.queue_probe(now, id, PROBE_PORT, 0) {
+            self.touch(now, id);
+        }
     }
 
     /// `rds_send_probe`: a zero-length sequenced message (ping, pong or probe) on a path;
     /// probes between ports 1 and 0 of a multipath connection carry NPATHS and GEN_NUM, and
     /// SPORT_IDX if the transport's spec says so (last: Linux 6.1 knows no type 8, skips its
     /// type byte and reads the dummy byte 0 as the end).
+    ///
+    /// The caller touches the path: a pong is queued while routing the path's received
+    /// messages, which `after_path` follows with the touch (one per ping, not two).
     pub(crate) fn queue_probe(&mut self, now: Instant, id: PathId, sport: u16, dport: u16) -> bool {
         let spec = self.conns[id.conn as usize].spec;
         let multipath = spec.multipath;
@@ -69,7 +75,6 @@ impl RdsEngine {
             p.queue(mid, ctx);
         });
         self.stats.send_pong += 1;
-        self.touch(now, id);
         true
     }
 
@@ -92,6 +97,7 @@ impl RdsEngine {
                     // Kernel pongs use the non-blocking congestion check: not sent.
                     self.stats.cong_send_error += 1;
                 } else {
+                    // On this path: route_outputs' caller (after_path) touches it.
                     self.queue_probe(now, id, 0, sport);
                 }
                 if sport == PROBE_PORT {

@@ -46,14 +46,19 @@ impl Path {
     /// The transport posted `n` receive buffers on this path's connection: with flow
     /// control they become credits to advertise (`rds_ib_advertise_credits`), the first
     /// ones in the connection's private data ([`initial_grant`](Self::initial_grant)).
-    pub fn handle_recv_posted(&mut self, n: u32, ctx: &mut PathCtx<'_>) {
+    ///
+    /// Returns true if that asked for an ack (a credit update): the only change a post
+    /// makes to what the path has to do (no output, command or timer).
+    pub fn handle_recv_posted(&mut self, n: u32, ctx: &mut PathCtx<'_>) -> bool {
         if self.cfg.flavor != Flavor::Message || !self.cfg.flow_control {
-            return;
+            return false;
         }
         self.credits.posted = self.credits.posted.saturating_add(n);
         if self.credits.on && self.credits.posted >= self.credits.update_at() {
             self.request_ack(ctx.stats);
+            return true;
         }
+        false
     }
 
     /// The credits to grant in our connection private data (`dp_credit`): every receive
