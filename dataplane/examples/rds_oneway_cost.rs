@@ -35,13 +35,11 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
-use dataplane::fabric::shm::{Shm, ShmConfig, ShmDevice};
-use dataplane::rds::fabric::{FabricConfig, FabricTransport};
 use dataplane::rds::node::RdsNode;
-use dataplane::rds::{
-    RdsConfig, RdsEngine, RdsError, RdsSocket, Received, RecvFlags, SendFlags, TransportSpec,
-};
+use dataplane::rds::{RdsError, RdsSocket, Received, RecvFlags, SendFlags};
 use lcore::time::Instant;
+
+mod common;
 
 /// Message size (`-q 64`).
 const REQ: usize = 64;
@@ -49,36 +47,6 @@ const REQ: usize = 64;
 const BUF_BYTES: u32 = 256 * (64 + 60) * 2;
 /// `frags_for(64, 256)` of dp-perf.
 const FRAGS: u32 = 256 * 4 + 8192;
-
-fn node(dir: &std::path::Path, addr: IpAddr, seed: u64) -> RdsNode {
-    let mut cfg = RdsConfig {
-        name: format!("cost-{addr}"),
-        transports: vec![TransportSpec::ib()],
-        seed,
-        max_sockets: 16,
-        msgs: FRAGS * 2,
-        wmem_max: 16 << 20,
-        rmem_max: 16 << 20,
-        ..RdsConfig::default()
-    };
-    cfg.frags.count = FRAGS;
-    cfg.frags.rx_reserve = FRAGS / 8;
-    let mut engine = RdsEngine::new(cfg).expect("engine");
-    engine.add_local_addr(addr);
-    let dev = ShmDevice::open(ShmConfig {
-        dir: Some(dir.to_path_buf()),
-        ..ShmConfig::default()
-    })
-    .expect("shm device");
-    let fcfg = FabricConfig {
-        recv_depth: 1024,
-        ..FabricConfig::default()
-    };
-    let t = FabricTransport::<Shm>::new(dev, &engine, fcfg).expect("transport");
-    let mut n = RdsNode::new(engine);
-    n.add_transport(Box::new(t)).expect("transport added");
-    n
-}
 
 fn main() {
     let count: u64 = std::env::args()
@@ -96,8 +64,8 @@ fn main() {
         IpAddr::V4(Ipv4Addr::new(10, 81, 0, 1)),
         IpAddr::V4(Ipv4Addr::new(10, 81, 0, 2)),
     );
-    let mut a = node(&dir, ia, 1);
-    let mut b = node(&dir, ib, 2);
+    let mut a = common::node(&dir, ia, 1, FRAGS, 16);
+    let mut b = common::node(&dir, ib, 2, FRAGS, 16);
     let t = 1_000_000u64;
     let now = Instant::from_nanos(t);
     let sa = a.engine_mut().socket().expect("socket");

@@ -30,51 +30,16 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
-use dataplane::fabric::shm::{Shm, ShmConfig, ShmDevice};
-use dataplane::rds::fabric::{FabricConfig, FabricTransport};
 use dataplane::rds::node::RdsNode;
-use dataplane::rds::{
-    RdsConfig, RdsEngine, RdsError, RdsSocket, Received, RecvFlags, SendFlags, TransportKind,
-    TransportSpec,
-};
+use dataplane::rds::{RdsError, RdsSocket, Received, RecvFlags, SendFlags, TransportKind};
 use lcore::time::Instant;
+
+mod common;
 
 /// Sockets of the pinging side (`dp-perf rds-ping`'s eight).
 const SOCKETS: usize = 8;
 /// `dp-perf rds-ping`'s message memory (`node(.., 4096, 64)`).
 const FRAGS: u32 = 4096;
-/// dp-perf's socket buffer limit.
-const SOCK_BUF: u32 = 16 << 20;
-
-fn node(dir: &std::path::Path, addr: IpAddr, seed: u64) -> RdsNode {
-    let mut cfg = RdsConfig {
-        name: format!("cost-{addr}"),
-        transports: vec![TransportSpec::ib()],
-        seed,
-        max_sockets: 64,
-        msgs: FRAGS * 2,
-        wmem_max: SOCK_BUF,
-        rmem_max: SOCK_BUF,
-        ..RdsConfig::default()
-    };
-    cfg.frags.count = FRAGS;
-    cfg.frags.rx_reserve = FRAGS / 8;
-    let mut engine = RdsEngine::new(cfg).expect("engine");
-    engine.add_local_addr(addr);
-    let dev = ShmDevice::open(ShmConfig {
-        dir: Some(dir.to_path_buf()),
-        ..ShmConfig::default()
-    })
-    .expect("shm device");
-    let fcfg = FabricConfig {
-        recv_depth: 1024,
-        ..FabricConfig::default()
-    };
-    let t = FabricTransport::<Shm>::new(dev, &engine, fcfg).expect("transport");
-    let mut n = RdsNode::new(engine);
-    n.add_transport(Box::new(t)).expect("transport added");
-    n
-}
 
 fn main() {
     let count: u64 = std::env::args()
@@ -86,8 +51,8 @@ fn main() {
         IpAddr::V4(Ipv4Addr::new(10, 82, 0, 1)),
         IpAddr::V4(Ipv4Addr::new(10, 82, 0, 2)),
     );
-    let mut a = node(&dir, ia, 1);
-    let mut b = node(&dir, ib, 2);
+    let mut a = common::node(&dir, ia, 1, FRAGS, 64);
+    let mut b = common::node(&dir, ib, 2, FRAGS, 64);
     let t = 1_000_000u64;
     let now = Instant::from_nanos(t);
     let mut socks = Vec::with_capacity(SOCKETS);
