@@ -75,8 +75,9 @@ impl Indices<'_> {
     /// tail was acquired, by this handle, so our accesses to them are ordered after theirs.
     ///
     /// This is the Single handles' rule (see [`Cursor`](super::headtail::Cursor)) carried over
-    /// to the RTS and HTS sides (Multi sides cache the position in their head word instead, see
-    /// `mt.rs`): DPDK's multi-thread paths load the opposite tail on every operation.
+    /// to the shared sides (RTS and HTS pass the handle's cache; Multi passes the position
+    /// cached in its head word, see `mt.rs`): DPDK's multi-thread paths load the opposite tail
+    /// on every operation.
     /// A handle that keeps claiming while the ring has room reads the opposite side's line
     /// about once per `avail` counters instead of once per operation.
     #[inline(always)]

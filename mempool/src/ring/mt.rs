@@ -50,16 +50,12 @@ pub(crate) fn reserve(ix: &Indices<'_>, n: u32, fixed: bool) -> (u32, u32) {
     let mut backoff = Backoff::new();
     loop {
         let head = lo(old);
+        // The word's cached position, reloaded (A1/A2, after A3: not older than the cached
+        // one, module docs) when it shows fewer than `n` or more than `capacity`: the latter
+        // is impossible for a word the protocol wrote, but a peer process may have written it
+        // (the grant stays <= n <= capacity).
         let mut cached = hi(old);
-        let mut avail = ix.avail(head, cached);
-        // More than `capacity` is impossible for a word the protocol wrote; a peer process may
-        // have written it, so reload then too (the grant below stays <= n <= capacity).
-        if avail < n || avail > ix.capacity {
-            // A1/A2 (in `opp_pos`), after A3: not older than `cached` (module docs).
-            cached = ix.opp_pos();
-            avail = ix.avail(head, cached);
-        }
-        let k = grant(avail, n, fixed);
+        let k = grant(ix.avail_cached(head, &mut cached, n), n, fixed);
         if k == 0 {
             return (head, 0);
         }
