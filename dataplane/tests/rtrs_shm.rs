@@ -24,7 +24,7 @@ use dataplane::rtrs::fabric::{ClientDriver, ClientDriverConfig, ServerDriver, Ta
 use dataplane::rtrs::permit::{ConType, Permit, Wait};
 use dataplane::rtrs::srv::{Server, ServerConfig, ServerEvent, ServerIo};
 use dataplane::rtrs::wire::{Geometry, Imm, ImmType, IoRsp};
-use dataplane::rtrs::work::{Dir, PathId};
+use dataplane::rtrs::work::{Dir, PathId, SrcRef};
 use lcore::poll_loop::{Ctx, LoopBuilder, LoopConfig, PollMode};
 use lcore::stop::StopToken;
 use lcore::time::{Clock, Instant, RealClock};
@@ -98,16 +98,30 @@ fn lying_server(
     stop: Arc<AtomicBool>,
     tamper: Tamper,
 ) -> (JoinHandle<Served>, mpsc::Receiver<()>) {
-    any_server(dir, addrs, stop, tamper, None)
+    any_server(dir, addrs, stop, tamper, None, false)
 }
 
-/// A server that stops polling while `pause.0` is set, with heartbeats every `pause.1`.
+/// [`server`] answering READs from a source of its own (`resp_rdma_from`, zero copy), added
+/// when the first request arrives: registered on the paths that are up then, and on every
+/// path that connects later.
+fn zcopy_server(
+    dir: PathBuf,
+    addrs: Vec<SocketAddr>,
+    stop: Arc<AtomicBool>,
+) -> (JoinHandle<Served>, mpsc::Receiver<()>) {
+    any_server(dir, addrs, stop, Tamper::default(), None, true)
+}
+
+/// A server that stops polling while `pause.0` is set, with heartbeats every `pause.1`;
+/// with `zcopy`, READs are answered from a source (one block per chunk) instead of the
+/// chunk.
 fn any_server(
     dir: PathBuf,
     addrs: Vec<SocketAddr>,
     stop: Arc<AtomicBool>,
     tamper: Tamper,
     pause: Option<(Arc<AtomicBool>, Duration)>,
+    zcopy: bool,
 ) -> (JoinHandle<Served>, mpsc::Receiver<()>) {
     let (tx, rx) = mpsc::channel();
     let h = std::thread::spawn(move || {
@@ -129,6 +143,7 @@ fn any_server(
         let out = Rc::clone(&served);
         let mut usr = [0u8; 8];
         let mut data = vec![0u8; BS];
+        let mut source: Option<(Arc<Region>, u32)> = None;
         let mut b = LoopBuilder::<(), _>::new(
             LoopConfig {
                 mode: PollMode::hybrid_default(),
@@ -173,6 +188,28 @@ fn any_server(
                             let n = (read_len as usize).min(BS);
                             for (i, b) in data[..n].iter_mut().enumerate() {
                                 *b = pattern(block, i);
+                            }
+                            if zcopy {
+                                let (mem, id) = source.get_or_insert_with(|| {
+                                    let r = Arc::new(
+                                        Region::new(
+                                            &RegionConfig::new("zcopy", usize::from(QD) * BS)
+                                                .quiet(),
+                                        )
+                                        .expect("source region"),
+                                    );
+                                    let id = drv.add_source(Arc::clone(&r)).expect("source");
+                                    (r, id)
+                                });
+                                let at = usize::from(chunk) * BS;
+                                mem.copy_in(at, &data[..n]);
+                                let src = SrcRef {
+                                    id: *id,
+                                    offset: at as u64,
+                                };
+                                srv.resp_rdma_from(now, op, src, &mut drv)
+                                    .expect("a READ with data, from a registered source");
+                                continue;
                             }
                             drv.write_chunk(sess, chunk, 0, &data[..n]).unwrap();
                         }
@@ -517,10 +554,25 @@ fn two_paths_round_robin_share_the_load() {
 
 #[test]
 fn killed_path_fails_over_without_errors_and_reconnects() {
-    let d = dir("kill");
-    let addrs = vec![addr(7301), addr(7302)];
+    fails_over_and_reconnects("kill", [7301, 7302], false);
+}
+
+/// The same with READs answered from a source (zero copy): the source is registered on the
+/// paths up at its first use and on the path that reconnects, and every byte is checked.
+#[test]
+fn reads_from_a_source_survive_a_path_kill_and_reconnect() {
+    fails_over_and_reconnects("kill-zcopy", [7311, 7312], true);
+}
+
+fn fails_over_and_reconnects(name: &str, ports: [u16; 2], zcopy: bool) {
+    let d = dir(name);
+    let addrs = vec![addr(ports[0]), addr(ports[1])];
     let stop = Arc::new(AtomicBool::new(false));
-    let (h, ready) = server(d.clone(), addrs.clone(), Arc::clone(&stop));
+    let (h, ready) = if zcopy {
+        zcopy_server(d.clone(), addrs.clone(), Arc::clone(&stop))
+    } else {
+        server(d.clone(), addrs.clone(), Arc::clone(&stop))
+    };
     ready.recv().unwrap();
     let mut c = Client::open(&d, &addrs, MpPolicy::RoundRobin);
     let victim = c.sess.paths().next().unwrap();
@@ -563,7 +615,8 @@ fn killed_path_fails_over_without_errors_and_reconnects() {
         .any(|e| matches!(e, ClientEvent::PathDown { path, .. } if *path == victim));
     c.close();
     stop.store(true, Ordering::Relaxed);
-    h.join().unwrap();
+    let served = h.join().unwrap();
+    assert!(served.reads >= 4000, "every READ was answered: {served:?}");
     assert!(down, "the session saw the path go down");
     assert_eq!(failed, 0, "no request fails while another path lives");
     assert_eq!(bad, 0);
@@ -696,6 +749,7 @@ fn server_that_stops_polling_is_detected_by_heartbeats_then_path_reconnects() {
         Arc::clone(&stop),
         Tamper::default(),
         Some((Arc::clone(&pause), hb)),
+        false,
     );
     ready.recv().unwrap();
     let mut c = Client::open_with(&d, &addrs, MpPolicy::MinInflight, Some(hb)).unwrap();

@@ -376,3 +376,26 @@ fn future_write_seal_leaves_peers_read_only() {
         "a store into a read-only region did not panic"
     );
 }
+
+#[test]
+fn copy_from_moves_bytes_between_regions_and_checks_both_ranges() {
+    let a = Region::new(&RegionConfig::new("copy-a", 8192).quiet()).unwrap();
+    let b = Region::new(&RegionConfig::new("copy-b", 4096).quiet()).unwrap();
+    let bytes: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
+    a.copy_in(4096, &bytes);
+    b.copy_from(0, &a, 4096, 4096);
+    let mut out = vec![0u8; 4096];
+    b.copy_out(0, &mut out);
+    assert_eq!(out, bytes);
+    // Within one region, overlapping: a memmove.
+    a.copy_from(4097, &a, 4096, 100);
+    let mut o = vec![0u8; 100];
+    a.copy_out(4097, &mut o);
+    assert_eq!(o, bytes[..100]);
+    for (dst_off, src_off) in [(1, 0), (0, 4097), (usize::MAX, 0)] {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            b.copy_from(dst_off, &a, src_off, 4096)
+        }));
+        assert!(r.is_err(), "{dst_off}/{src_off} must be refused");
+    }
+}

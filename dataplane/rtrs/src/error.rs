@@ -209,13 +209,25 @@ pub enum RtrsError {
     /// already, or its path is gone (`EINVAL`).
     #[error("no request is waiting for a response under this operation id")]
     StaleOp,
+    /// `resp_rdma_from` for a request that is not a READ asking for data (`EINVAL`).
+    #[error("only a READ that asks for data can be answered from a source; use resp_rdma")]
+    NotARead,
+    /// `resp_rdma_from` with a source the driver does not know, or without the READ's
+    /// length at its offset (`EINVAL`).
+    #[error("the source is not registered, or too short for the READ at that offset")]
+    Source,
 }
 
 impl RtrsError {
     /// The positive errno Linux RTRS reports in this case.
     pub const fn errno(self) -> i32 {
         match self {
-            Self::Config(_) | Self::PathName | Self::TooManyPaths | Self::StaleOp => libc::EINVAL,
+            Self::Config(_)
+            | Self::PathName
+            | Self::TooManyPaths
+            | Self::StaleOp
+            | Self::NotARead
+            | Self::Source => libc::EINVAL,
             Self::NoSuchPath => libc::ENOENT,
             Self::Busy => libc::EBUSY,
             Self::NotConnected => libc::ECOMM,

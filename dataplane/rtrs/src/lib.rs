@@ -58,7 +58,12 @@
 //!    events.
 //! 5. **Application.** Submit (`ClientSession::request` with a permit from
 //!    `permits()`) and answer (`Server::resp_rdma`) between the steps above: the state
-//!    machines are never re-entered from inside a driver call.
+//!    machines are never re-entered from inside a driver call. A handler whose data
+//!    already sits in registered memory (a RAM disk) answers a READ with
+//!    `Server::resp_rdma_from` instead: the data is written to the client from that
+//!    *source* ([`work::SrcRef`]; the driver registers it for local access only on every
+//!    path, `ServerDriver::add_source`), not copied into the chunk first. The wire sees the
+//!    same RDMA WRITE; Linux has no such call (its handler fills the chunk's pages).
 //!
 //! Every posted chain goes to `post_send(conn, chain)` as one `ibv_post_send`; receives to
 //! `post_recv(conn, wr_id, buf)`. Work-request ids carry the connection's epoch: completions

@@ -65,6 +65,18 @@ pub enum Dir {
 /// [`Wr::Register`].
 pub type RegToken = u64;
 
+/// Server: handler memory a READ's answer is written from instead of the chunk (zero copy,
+/// as SPDK's `zcopy` bdev path): source `id`, which the driver registered for local access
+/// only on every path (`ServerDriver::add_source`), from byte `offset` on. See
+/// [`Server::resp_rdma_from`](crate::srv::Server::resp_rdma_from).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SrcRef {
+    /// The driver's number for the source.
+    pub id: u32,
+    /// Where in it the answer starts.
+    pub offset: u64,
+}
+
 /// One work request of a chain the state machine posts on one connection.
 ///
 /// Every variant carries the `wr_id` the completion must return and whether it is
@@ -143,6 +155,22 @@ pub enum Wr<'a> {
         /// Signalled.
         signaled: bool,
     },
+    /// Server: `IB_WR_RDMA_WRITE` of `len` bytes of handler memory `src` to the client's
+    /// buffer `remote` (a READ's data answered with
+    /// [`Server::resp_rdma_from`](crate::srv::Server::resp_rdma_from)): the same write as
+    /// [`Wr::WriteChunk`] on the wire, gathered from elsewhere.
+    WriteSource {
+        /// Completion id.
+        wr_id: u64,
+        /// The source and offset.
+        src: SrcRef,
+        /// Bytes.
+        len: u32,
+        /// The client's buffer.
+        remote: RemoteAddr,
+        /// Signalled.
+        signaled: bool,
+    },
     /// Server: `IB_WR_SEND_WITH_INV` with no payload, invalidating the client's `rkey`
     /// (the client asked with `NEED_INVAL`).
     SendInv {
@@ -189,6 +217,7 @@ impl Wr<'_> {
             | Self::Register { wr_id, .. }
             | Self::LocalInv { wr_id, .. }
             | Self::WriteChunk { wr_id, .. }
+            | Self::WriteSource { wr_id, .. }
             | Self::SendInv { wr_id, .. }
             | Self::RegChunk { wr_id, .. }
             | Self::SendImmMsg { wr_id, .. } => wr_id,
@@ -203,6 +232,7 @@ impl Wr<'_> {
             | Self::IoRequest { signaled, .. }
             | Self::Register { signaled, .. }
             | Self::WriteChunk { signaled, .. }
+            | Self::WriteSource { signaled, .. }
             | Self::SendInv { signaled, .. }
             | Self::RegChunk { signaled, .. }
             | Self::SendImmMsg { signaled, .. } => signaled,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use dp_rtrs::clt::{ClientEvent, DataRef, MpPolicy};
-use dp_rtrs::error::IoError;
+use dp_rtrs::error::{IoError, RtrsError};
 use dp_rtrs::permit::{ConType, Wait};
 use dp_rtrs::sim::{Call, ClientSide, Net, USR_LEN, check_pattern};
 use dp_rtrs::srv::{Resp, ServerEvent};
@@ -184,6 +184,90 @@ fn test_read_response_chain_writes_data_then_imm() {
             msg_id: 3,
             errno: -libc::EIO
         }
+    );
+}
+
+/// `resp_rdma_from`: a READ answered from handler memory posts the same write from the
+/// source, and what it refuses (an unknown or short source, a WRITE, a data-less READ)
+/// leaves the request waiting for another answer.
+#[test]
+fn test_read_answered_from_a_source_and_its_refusals() {
+    let mut ss = ScriptedServer::new(false);
+    ss.io.sources = vec![8192];
+    let conns = ss.path(1, 1, 2, b"h", 1);
+    let g = Geometry::new(8, 8192).unwrap();
+    let read = |len| RdmaReadRepr {
+        usr_len: 16,
+        need_inval: false,
+        desc: (len > 0).then_some(dp_rtrs::wire::SgDesc {
+            addr: 0xAB00,
+            key: 0x42,
+            len,
+        }),
+    };
+    let request = |ss: &mut ScriptedServer, chunk: u16, r: RdmaReadRepr| {
+        let mut hdr = [0u8; 24];
+        r.emit(&mut hdr);
+        ss.write_chunk(chunk, 4096 + 16, &hdr);
+        ss.imm(conns[1], Imm::io_req(g.encode(chunk, 4096 + 16).unwrap()).0);
+        let Some(ServerEvent::Request { op, .. }) = ss
+            .events()
+            .into_iter()
+            .find(|e| matches!(e, ServerEvent::Request { .. }))
+        else {
+            panic!("no request")
+        };
+        ss.io.take();
+        op
+    };
+    let src = |id, offset| dp_rtrs::work::SrcRef { id, offset };
+    let op = request(&mut ss, 2, read(4096));
+    let err = |ss: &mut ScriptedServer, op, s| ss.server.resp_rdma_from(ss.now, op, s, &mut ss.io);
+    assert_eq!(
+        err(&mut ss, op, src(1, 0)),
+        Err(RtrsError::Source),
+        "unknown source"
+    );
+    assert_eq!(
+        err(&mut ss, op, src(0, 4097)),
+        Err(RtrsError::Source),
+        "too short"
+    );
+    assert_eq!(
+        err(&mut ss, op, src(0, u64::MAX)),
+        Err(RtrsError::Source),
+        "offset overflow"
+    );
+    assert!(ss.io.sends(conns[1]).is_empty(), "a refusal posts nothing");
+    assert_eq!(err(&mut ss, op, src(0, 4096)), Ok(Resp::Sent));
+    let sent = ss.io.sends(conns[1]);
+    assert_eq!(
+        sent.iter().map(|p| p.kind).collect::<Vec<_>>(),
+        ["WriteSource", "WriteImmEmpty"],
+        "the data from the source, then the response"
+    );
+    assert_eq!(
+        (sent[0].slot, sent[0].len, sent[0].addr, sent[0].key),
+        (Some(0), Some(4096), Some(0xAB00), Some(0x42))
+    );
+    assert_eq!(
+        IoRsp::decode(Imm(sent[1].imm.unwrap()).payload()),
+        IoRsp {
+            msg_id: 2,
+            errno: 0
+        }
+    );
+    assert_eq!(
+        err(&mut ss, op, src(0, 0)),
+        Err(RtrsError::StaleOp),
+        "answered"
+    );
+    // A READ without data is no zero-copy answer; resp_rdma still answers it.
+    let op = request(&mut ss, 3, read(0));
+    assert_eq!(err(&mut ss, op, src(0, 0)), Err(RtrsError::NotARead));
+    assert_eq!(
+        ss.server.resp_rdma(ss.now, op, 0, &mut ss.io),
+        Ok(Resp::Sent)
     );
 }
 
@@ -788,4 +872,46 @@ fn test_read_data_lands_in_client_buffer_and_is_checked() {
         b
     }));
     let _ = (Net::data_addr(), RecvBuf::Empty);
+}
+
+/// READs answered from handler memory (`resp_rdma_from`) return the same bytes as READs
+/// answered from the chunk, over the simulated fabric; the check fails when the source
+/// holds the wrong data.
+#[test]
+fn test_reads_answered_from_a_source_land_and_are_checked() {
+    let mut s = open_sim(44, |c| c.paths = 2);
+    s.app.target = 8;
+    s.app.read_pct = 0;
+    s.app.limit = Some(64);
+    s.run_for(Duration::from_millis(5));
+    assert_eq!((s.app.ok, s.app.verify_errors), (64, 0));
+    s.handler.from_source = true;
+    s.net.record_server_chains = true;
+    s.app.read_pct = 100;
+    s.app.limit = Some(192);
+    s.run_for(Duration::from_millis(5));
+    assert_eq!(
+        (s.app.ok, s.app.failed, s.app.verify_errors),
+        (192, 0, 0),
+        "reads from the source return the last writes"
+    );
+    let from_source = s
+        .net
+        .server_chains
+        .iter()
+        .filter(|(_, c)| c.iter().any(|w| w.starts_with("WriteSource")))
+        .count();
+    assert!(
+        from_source >= 128,
+        "{from_source} chains wrote from the source"
+    );
+    for v in s.handler.disk.values_mut() {
+        *v += 1000;
+    }
+    s.app.limit = Some(224);
+    s.run_for(Duration::from_millis(5));
+    assert!(
+        s.app.verify_errors > 0,
+        "a source with the wrong data is noticed"
+    );
 }

@@ -629,6 +629,28 @@ impl Region {
             core::ptr::copy_nonoverlapping(self.as_ptr().add(off), dst.as_mut_ptr(), dst.len())
         }
     }
+
+    /// Copies `len` bytes at `src_off` of region `src` to `off` of this one (ordering as
+    /// [`Region::copy_in`]): a RAM disk's block into a transport's buffer with one copy and
+    /// no reference to either mapping. `src` may be this region; the ranges may overlap.
+    ///
+    /// # Panics
+    ///
+    /// If either range is outside its region, or this region is read-only.
+    pub fn copy_from(&self, off: usize, src: &Self, src_off: usize, len: usize) {
+        assert!(self.writable, "region '{}' is mapped read-only", self.name);
+        for (r, o) in [(self, off), (src, src_off)] {
+            assert!(
+                o.checked_add(len).is_some_and(|e| e <= r.len),
+                "range {o}+{len} outside region '{}' of {} bytes",
+                r.name,
+                r.len
+            );
+        }
+        // SAFETY: both ranges lie inside live mappings (checked), the destination writable;
+        // `copy` allows the overlap of a region with itself; neither mapping is referenced.
+        unsafe { core::ptr::copy(src.as_ptr().add(src_off), self.as_ptr().add(off), len) }
+    }
 }
 
 impl Drop for Region {

@@ -1,6 +1,7 @@
 //! `dp-perf rtrs`: RTRS block IO over a fabric provider, as `fio` drives RNBD: one client
 //! lcore keeps `--iodepth` requests of `--bs` bytes in flight for `-T` seconds over
-//! `--paths` paths, against a server that answers READs from its memory (a RAM disk).
+//! `--paths` paths, against a server that answers READs from its memory (a RAM disk),
+//! straight from it (`resp_rdma_from`) or, with `--server-copy`, through the chunk.
 //!
 //! ```text
 //! dp-perf rtrs --pair --rw read --bs 4096 --iodepth 128 -T 5 [--paths N]
@@ -119,6 +120,11 @@ pub struct RtrsArgs {
     /// How both sides wait when idle.
     #[arg(long, value_enum, default_value_t = PollKind::Hybrid)]
     pub poll: PollKind,
+    /// Server: copy each READ's block into the request's chunk and write it from there, as
+    /// Linux's RTRS servers answer, instead of writing it straight from the RAM disk
+    /// (`resp_rdma_from`, zero copy; the default).
+    #[arg(long)]
+    pub server_copy: bool,
     /// The first path's port.
     #[arg(short = 'p', long, default_value_t = 18600)]
     pub port: u16,
@@ -219,8 +225,16 @@ impl RtrsArgs {
     ) -> Result<RtrsReport, PerfError> {
         let busy = self.poll == PollKind::Busy;
         if self.server {
-            let served =
-                server::serve::<P>(dev, &self.addrs(self.bind)?, self.iodepth, self.bs, busy)?;
+            let served = server::serve::<P>(
+                dev,
+                &self.addrs(self.bind)?,
+                server::Answer {
+                    queue_depth: self.iodepth,
+                    bs: self.bs,
+                    busy,
+                    copy: self.server_copy,
+                },
+            )?;
             return Ok(RtrsReport {
                 rw: "",
                 bs: self.bs,
@@ -265,6 +279,7 @@ impl RtrsArgs {
                 poll.into(),
             ]
             .into_iter()
+            .chain(self.server_copy.then(|| "--server-copy".to_string()))
             .map(Into::into)
             .collect(),
         });

@@ -1,17 +1,21 @@
 //! The server side of `dp-perf rtrs`: an RTRS server whose handler is a RAM disk. READs are
-//! answered from its memory (the block is copied into the request's chunk, which the
-//! server then RDMA-writes to the client), WRITEs copied from the chunk into it.
+//! answered from its memory: the disk is a registered source and the block is RDMA-written
+//! to the client from it (`resp_rdma_from`, zero copy), or with `--server-copy` the block
+//! is copied into the request's chunk and written from there, as Linux's RTRS servers
+//! answer. WRITEs are copied from the chunk into the disk.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use dataplane::fabric::Provider;
+use dataplane::rtrs::error::RtrsError;
 use dataplane::rtrs::fabric::ServerDriver;
 use dataplane::rtrs::srv::{Server, ServerConfig, ServerEvent, ServerIo, SrvLinkEv};
 use dataplane::rtrs::wire::{DEFAULT_MAX_HDR_SIZE, MIN_CHUNK_SIZE};
-use dataplane::rtrs::work::Dir;
+use dataplane::rtrs::work::{Dir, SrcRef};
 use lcore::time::{Clock, RealClock};
+use mempool::memory::{Region, RegionConfig};
 
 use super::msg::{BYE, USR_LEN};
 use super::poll::Idle;
@@ -39,15 +43,32 @@ pub struct Served {
     pub refused: u64,
 }
 
+/// How the server answers.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Answer {
+    /// Chunks of the session.
+    pub(super) queue_depth: u16,
+    /// Bytes per block.
+    pub(super) bs: u32,
+    /// Spin when idle.
+    pub(super) busy: bool,
+    /// READs through the chunk instead of from the disk.
+    pub(super) copy: bool,
+}
+
 /// Serves one client session on `addrs` (one listener per path) until the client says bye
 /// and its session is gone.
 pub(super) fn serve<P: Provider>(
     dev: Arc<P::Device>,
     addrs: &[SocketAddr],
-    queue_depth: u16,
-    bs: u32,
-    busy: bool,
+    how: Answer,
 ) -> Result<Served, PerfError> {
+    let Answer {
+        queue_depth,
+        bs,
+        busy,
+        copy,
+    } = how;
     let fail = |what: &str, e: &dyn std::fmt::Display| PerfError::Fabric(format!("{what}: {e}"));
     let clock = RealClock::new();
     let mut drv = ServerDriver::<P>::new(dev, addrs).map_err(|e| fail("listening", &e))?;
@@ -59,10 +80,20 @@ pub(super) fn serve<P: Provider>(
     })
     .map_err(|e| PerfError::Usage(format!("server configuration: {e}")))?;
     let block = bs as usize;
-    let mut disk = vec![0u8; DISK_BLOCKS as usize * block];
-    for (i, b) in disk.iter_mut().enumerate() {
-        *b = (i as u64).wrapping_mul(0x9E37_79B9) as u8;
+    let disk = Arc::new(
+        Region::new(&RegionConfig::new("rtrs-ramdisk", DISK_BLOCKS as usize * block).quiet())
+            .map_err(|e| PerfError::Fabric(format!("the RAM disk: {e}")))?,
+    );
+    let mut stage = vec![0u8; block];
+    for b in 0..DISK_BLOCKS as usize {
+        for (i, x) in stage.iter_mut().enumerate() {
+            *x = ((b * block + i) as u64).wrapping_mul(0x9E37_79B9) as u8;
+        }
+        disk.copy_in(b * block, &stage);
     }
+    let source = drv
+        .add_source(Arc::clone(&disk))
+        .map_err(|e| fail("registering the RAM disk", &e))?;
     let mut served = Served::default();
     let mut usr = [0u8; USR_LEN];
     let mut bye = false;
@@ -97,20 +128,35 @@ pub(super) fn serve<P: Provider>(
                         let b = u64::from_le_bytes(usr[..8].try_into().expect("8 bytes"));
                         let at = (b % DISK_BLOCKS) as usize * block;
                         match dir {
+                            Dir::Read if !copy && read_len as usize <= block => {
+                                served.reads += 1;
+                                let src = SrcRef {
+                                    id: source,
+                                    offset: at as u64,
+                                };
+                                match srv.resp_rdma_from(now, op, src, &mut drv) {
+                                    // A READ without data: answered below.
+                                    Err(RtrsError::NotARead) => {}
+                                    _ => continue,
+                                }
+                            }
                             Dir::Read => {
                                 let n = (read_len as usize).min(block);
-                                if drv.write_chunk(sess, chunk, 0, &disk[at..at + n]).is_err() {
-                                    status = -libc::EINVAL;
+                                match drv.chunk_mem(sess, chunk) {
+                                    Ok((mem, off, len)) => {
+                                        mem.copy_from(off, &disk, at, n.min(len))
+                                    }
+                                    Err(_) => status = -libc::EINVAL,
                                 }
                                 served.reads += 1;
                             }
                             Dir::Write => {
                                 let n = (data_len as usize).min(block);
-                                if drv
-                                    .read_chunk(sess, chunk, 0, &mut disk[at..at + n])
-                                    .is_err()
-                                {
-                                    status = -libc::EINVAL;
+                                match drv.chunk_mem(sess, chunk) {
+                                    Ok((mem, off, len)) => {
+                                        disk.copy_from(at, &mem, off, n.min(len))
+                                    }
+                                    Err(_) => status = -libc::EINVAL,
                                 }
                                 served.writes += 1;
                             }

@@ -14,7 +14,7 @@ use dp_fabric::{
 };
 use mempool::memory::{Region, RegionConfig};
 
-use crate::work::{Conn, QpSizes, RecvBuf, Wc, Wr};
+use crate::work::{Conn, QpSizes, RecvBuf, SrcRef, Wc, Wr};
 
 /// The longest chain the state machines post at once (a request with its registration, a
 /// response with its data write and re-registration): longer chains are refused.
@@ -29,6 +29,11 @@ pub(crate) trait LocalMem {
     fn iu_sge(&self, slot: u16, len: u32) -> Option<Sge>;
     /// The first `len` bytes of chunk `chunk` (server).
     fn chunk_sge(&self, chunk: u16, len: u32) -> Option<Sge>;
+    /// `len` bytes of a handler's source at its offset (server; none on a client).
+    fn source_sge(&self, src: SrcRef, len: u32) -> Option<Sge> {
+        let _ = (src, len);
+        None
+    }
 }
 
 /// A fabric failure while setting a connection up, as the negative errno the state
@@ -314,6 +319,12 @@ impl<P: Provider> QpRes<P> {
                         .ok_or(refuse(i, PostErrorKind::MessageTooLong))?;
                     nsge[i] = 1;
                 }
+                Wr::WriteSource { src, len, .. } => {
+                    sges[i][0] = mem
+                        .source_sge(src, len)
+                        .ok_or(refuse(i, PostErrorKind::MessageTooLong))?;
+                    nsge[i] = 1;
+                }
                 Wr::SendMsg { bytes, .. } if bytes.len() > self.max_inline as usize => {
                     sges[i][0] = big_send.expect("prepared above");
                     nsge[i] = 1;
@@ -353,7 +364,9 @@ impl<P: Provider> QpRes<P> {
                     Payload::Sgl(&[]),
                 ),
                 Wr::IoRequest { remote, imm, .. } => (SendOp::WriteImm(*remote, *imm), sgl),
-                Wr::WriteChunk { remote, .. } => (SendOp::Write(*remote), sgl),
+                Wr::WriteChunk { remote, .. } | Wr::WriteSource { remote, .. } => {
+                    (SendOp::Write(*remote), sgl)
+                }
                 Wr::SendImmMsg { bytes, imm, .. } => {
                     (SendOp::SendImm(*imm), Payload::Inline(bytes))
                 }

@@ -15,7 +15,7 @@ use super::qp::{ConnTable, LocalMem, PathConns, QpRes, errno_of, gone, poll_conn
 use crate::srv::{CmToken, Server, ServerIo, SessId};
 use crate::timer::Instant;
 use crate::wire::SgDesc;
-use crate::work::{CmEvent, Conn, OutOfBounds, PathId, QpSizes, RecvBuf, Wr};
+use crate::work::{CmEvent, Conn, OutOfBounds, PathId, QpSizes, RecvBuf, SrcRef, Wr};
 
 /// A session's chunks: `queue_depth` chunks of `chunk_size` bytes in one region, shared by
 /// every path of the session.
@@ -36,6 +36,9 @@ pub(super) struct SPath<P: Provider> {
     per: u32,
     chunk_size: u32,
     conns: Vec<Option<QpRes<P>>>,
+    /// The handler's sources, registered in this path's domain for local access only (a
+    /// client's key never names them), by source number.
+    sources: Vec<P::Mr>,
     /// (ours, the client's) of the path's first accepted connection: sysfs `src_addr`,
     /// `dst_addr`.
     addrs: Option<(SocketAddr, SocketAddr)>,
@@ -58,6 +61,19 @@ impl<P: Provider> LocalMem for SPath<P> {
             lkey: mr.lkey(),
         })
     }
+
+    fn source_sge(&self, src: SrcRef, len: u32) -> Option<Sge> {
+        let mr = self.sources.get(src.id as usize)?;
+        let end = src.offset.checked_add(u64::from(len))?;
+        if end > mr.len() as u64 {
+            return None;
+        }
+        Some(Sge {
+            addr: mr.addr() + src.offset,
+            length: len,
+            lkey: mr.lkey(),
+        })
+    }
 }
 
 /// Test kit (feature `testing`): how a hostile server lies, to show that a client pays
@@ -73,6 +89,9 @@ pub struct Tamper {
     pub imm: Option<fn(u32) -> u32>,
 }
 
+/// Sources a driver takes (each is registered on every path).
+pub const MAX_SOURCES: usize = 64;
+
 /// The server's driver over provider `P` (see the module doc).
 pub struct ServerDriver<P: Provider> {
     #[cfg(feature = "testing")]
@@ -84,6 +103,8 @@ pub struct ServerDriver<P: Provider> {
     next_token: CmToken,
     sessions: Vec<Option<SSess>>,
     paths: Vec<Option<SPath<P>>>,
+    /// Handler memory READs may be answered from (`add_source`), by source number.
+    sources: Vec<Arc<Region>>,
     scratch: Vec<u8>,
     stats: DriverStats,
     turn: u32,
@@ -133,6 +154,7 @@ impl<P: Provider> ServerDriver<P> {
             next_token: 1,
             sessions: Vec::new(),
             paths: Vec::new(),
+            sources: Vec::new(),
             scratch: Vec::with_capacity(512),
             stats: DriverStats::default(),
             turn: 0,
@@ -184,6 +206,35 @@ impl<P: Provider> ServerDriver<P> {
         let (s, at) = self.chunk_at(sess, chunk, off, bytes.len())?;
         s.mem.copy_in(at, bytes);
         Ok(())
+    }
+
+    /// Makes `region` a source READs may be answered from with
+    /// [`Server::resp_rdma_from`](crate::srv::Server::resp_rdma_from) (zero copy: a RAM
+    /// disk's blocks go to the client without a copy into the chunk). The region is
+    /// registered for local access only, in every path's protection domain, now and for
+    /// every path that comes later: no client can read or write it, the server's RDMA writes
+    /// gather from it. Returns the source number for [`SrcRef`].
+    ///
+    /// # Errors
+    /// Registering it on an existing path failed (nothing is kept then).
+    pub fn add_source(&mut self, region: Arc<Region>) -> Result<u32, dp_fabric::FabricError> {
+        if self.sources.len() >= MAX_SOURCES {
+            return Err(dp_fabric::FabricError::Exhausted {
+                what: "handler sources",
+                limit: MAX_SOURCES as u64,
+                hint: "register one large region and answer from offsets in it",
+            });
+        }
+        let id = self.sources.len() as u32;
+        let mut mrs = Vec::new();
+        for p in self.paths.iter().flatten() {
+            mrs.push(p.pd.reg_region(&region, 0, region.len(), Access::NONE)?);
+        }
+        for (p, mr) in self.paths.iter_mut().flatten().zip(mrs) {
+            p.sources.push(mr);
+        }
+        self.sources.push(region);
+        Ok(id)
     }
 
     /// Chunk `chunk` of `sess` as registered memory: the region, the chunk's offset in it
@@ -576,6 +627,13 @@ impl<P: Provider> ServerIo for ServerDriver<P> {
         if self.paths.len() <= i {
             self.paths.resize_with(i + 1, || None);
         }
+        let mut sources = Vec::with_capacity(self.sources.len());
+        for r in &self.sources {
+            sources.push(
+                pd.reg_region(r, 0, r.len(), Access::NONE)
+                    .map_err(|e| errno_of(&e))?,
+            );
+        }
         self.paths[i] = Some(SPath {
             id: path,
             pd,
@@ -583,9 +641,18 @@ impl<P: Provider> ServerIo for ServerDriver<P> {
             per,
             chunk_size: cs,
             conns: Vec::new(),
+            sources,
             addrs: None,
         });
         Ok(())
+    }
+
+    fn source_fits(&self, src: SrcRef, len: u32) -> bool {
+        self.sources.get(src.id as usize).is_some_and(|r| {
+            src.offset
+                .checked_add(u64::from(len))
+                .is_some_and(|e| e <= r.len() as u64)
+        })
     }
 
     fn read_chunk(

@@ -14,11 +14,11 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use crate::clt::{ClientSession, DataRef, Request};
-use crate::error::IoError;
+use crate::error::{IoError, RtrsError};
 use crate::permit::{ConType, Permit, Wait};
 use crate::srv::{OpId, Server, SessId};
 use crate::timer::{Instant, Jitter};
-use crate::work::Dir;
+use crate::work::{Dir, SrcRef};
 
 use super::net::{ClientSide, Net, ServerSide};
 
@@ -344,6 +344,9 @@ pub struct Handler {
     pub fail_with: Option<i32>,
     /// Do not answer at all (requests stay with the handler).
     pub hold: bool,
+    /// Answer READs from handler memory (source 0 of the net, one chunk-sized area per
+    /// chunk) with `resp_rdma_from`, instead of filling the chunk.
+    pub from_source: bool,
     /// Requests received.
     pub requests: u64,
     /// WRITE data that did not match its pattern, or user messages that made no sense.
@@ -436,15 +439,41 @@ impl Handler {
             .map(|(k, _)| k)
         {
             let p = self.pending.remove(k).expect("found above");
+            let seq = self.disk.get(&p.block).copied().unwrap_or(0);
+            if self.fail_with.is_none() && p.dir == Dir::Read && self.from_source {
+                let cs = net.chunk_size() as usize;
+                let at = usize::from(p.chunk) * cs;
+                if net.sources.is_empty() {
+                    net.sources.push(Vec::new());
+                }
+                let src = &mut net.sources[0];
+                if src.len() < at + cs {
+                    src.resize(at + cs, 0);
+                }
+                let n = (p.read_len as usize).min(cs);
+                fill_pattern(seq, &mut src[at..at + n]);
+                let from = SrcRef {
+                    id: 0,
+                    offset: at as u64,
+                };
+                match server.resp_rdma_from(now, p.op, from, &mut ServerSide(net)) {
+                    Ok(_) => continue,
+                    // A READ that moves no data: answered as any other.
+                    Err(RtrsError::NotARead) => {}
+                    Err(_) => {
+                        self.stale_answers += 1;
+                        continue;
+                    }
+                }
+            }
             let status = match self.fail_with {
                 Some(e) => e,
                 None => {
-                    if p.dir == Dir::Read {
-                        let seq = self.disk.get(&p.block).copied().unwrap_or(0);
-                        if let Some(c) = net.chunk_mut(p.sess, p.chunk) {
-                            let n = (p.read_len as usize).min(c.len());
-                            fill_pattern(seq, &mut c[..n]);
-                        }
+                    if p.dir == Dir::Read
+                        && let Some(c) = net.chunk_mut(p.sess, p.chunk)
+                    {
+                        let n = (p.read_len as usize).min(c.len());
+                        fill_pattern(seq, &mut c[..n]);
                     }
                     0
                 }

@@ -17,7 +17,7 @@ use crate::clt::{ClientIo, DataRef, Mapped};
 use crate::srv::{CmToken, ServerIo, SessId};
 use crate::timer::{Instant, Jitter};
 use crate::wire::SgDesc;
-use crate::work::{Conn, Dir, OutOfBounds, PathId, QpSizes, RecvBuf, Wc, Wr};
+use crate::work::{Conn, Dir, OutOfBounds, PathId, QpSizes, RecvBuf, SrcRef, Wc, Wr};
 
 /// Which end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -206,6 +206,8 @@ pub struct Net {
     window_rot: HashMap<(usize, u16), u8>,
     // Server memory.
     chunks: HashMap<SessId, Vec<u8>>,
+    /// The handler's sources (`ServerIo::source_fits`, `Wr::WriteSource`), by number.
+    pub sources: Vec<Vec<u8>>,
     path_sess: HashMap<PathId, SessId>,
     chunk_keys: HashMap<(PathId, u64), u32>,
     chunk_size: u32,
@@ -266,6 +268,7 @@ impl Net {
             per_io_registration: false,
             window_rot: HashMap::new(),
             chunks: HashMap::new(),
+            sources: Vec::new(),
             path_sess: HashMap::new(),
             chunk_keys: HashMap::new(),
             chunk_size,
@@ -935,6 +938,23 @@ impl Net {
                     bytes: b.to_vec(),
                 }
             }
+            Wr::WriteSource {
+                src, len, remote, ..
+            } => {
+                let b = self
+                    .sources
+                    .get(src.id as usize)
+                    .and_then(|m| {
+                        let at = usize::try_from(src.offset).ok()?;
+                        m.get(at..at.checked_add(len as usize)?)
+                    })
+                    .ok_or(WcStatus::LocProtErr)?;
+                FlightOp::Write {
+                    addr: remote.addr,
+                    rkey: remote.rkey,
+                    bytes: b.to_vec(),
+                }
+            }
             Wr::SendInv { rkey, .. } => FlightOp::Send {
                 bytes: Vec::new(),
                 imm: None,
@@ -1172,6 +1192,11 @@ impl Net {
     // Server memory
     // ---------------------------------------------------------------------------------------
 
+    /// The chunk size of the server's sessions.
+    pub const fn chunk_size(&self) -> u32 {
+        self.chunk_size
+    }
+
     /// Chunk `chunk` of `sess`, read-only (the handler's view; tests).
     pub fn chunk(&self, sess: SessId, chunk: u16) -> Option<&[u8]> {
         let cs = self.chunk_size as usize;
@@ -1325,6 +1350,14 @@ impl ServerIo for ServerSide<'_> {
 
     fn post_send(&mut self, conn: Conn, chain: &[Wr<'_>]) -> Result<(), PostError> {
         self.0.post_send(Side::Server, conn, chain)
+    }
+
+    fn source_fits(&self, src: SrcRef, len: u32) -> bool {
+        self.0.sources.get(src.id as usize).is_some_and(|m| {
+            src.offset
+                .checked_add(u64::from(len))
+                .is_some_and(|e| e <= m.len() as u64)
+        })
     }
 
     fn post_recv(&mut self, conn: Conn, wr_id: u64, buf: RecvBuf) -> Result<(), PostError> {

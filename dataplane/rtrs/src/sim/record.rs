@@ -9,7 +9,7 @@ use dp_fabric::PostError;
 use crate::clt::{ClientIo, DataRef, Mapped};
 use crate::srv::{CmToken, ServerIo, SessId};
 use crate::wire::SgDesc;
-use crate::work::{Conn, Dir, OutOfBounds, PathId, QpSizes, RecvBuf, Wr};
+use crate::work::{Conn, Dir, OutOfBounds, PathId, QpSizes, RecvBuf, SrcRef, Wr};
 
 /// One recorded call.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -108,6 +108,15 @@ impl Posted {
                 p.key = Some(remote.rkey);
                 p.addr = Some(remote.addr);
             }
+            Wr::WriteSource {
+                src, len, remote, ..
+            } => {
+                p.kind = "WriteSource";
+                p.slot = u16::try_from(src.id).ok();
+                p.len = Some(len);
+                p.key = Some(remote.rkey);
+                p.addr = Some(remote.addr);
+            }
             Wr::SendInv { rkey, .. } => {
                 p.kind = "SendInv";
                 p.key = Some(rkey);
@@ -150,6 +159,8 @@ pub struct Recorder {
     /// Accesses refused as out of bounds (`write_iu`, `read_chunk`): a state machine asked
     /// for something outside a buffer.
     pub bounds_faults: u64,
+    /// Lengths of the handler sources (server), by source number.
+    pub sources: Vec<u64>,
     next_key: u32,
 }
 
@@ -289,6 +300,14 @@ impl ServerIo for Recorder {
 
     fn post_recv(&mut self, conn: Conn, wr_id: u64, buf: RecvBuf) -> Result<(), PostError> {
         self.recv(conn, wr_id, buf)
+    }
+
+    fn source_fits(&self, src: SrcRef, len: u32) -> bool {
+        self.sources.get(src.id as usize).is_some_and(|&n| {
+            src.offset
+                .checked_add(u64::from(len))
+                .is_some_and(|e| e <= n)
+        })
     }
 
     fn create_session(

@@ -2,7 +2,7 @@
 //! reports to its user ([`ServerEvent`]).
 
 use crate::wire::SgDesc;
-use crate::work::{Conn, Dir, OutOfBounds, PathId, QpSizes, RecvBuf, Wr};
+use crate::work::{Conn, Dir, OutOfBounds, PathId, QpSizes, RecvBuf, SrcRef, Wr};
 use dp_fabric::PostError;
 
 /// The driver's handle of a pending connect request (its `rdma_cm_id`), answered with
@@ -163,6 +163,14 @@ pub trait ServerIo {
         per_chunk: bool,
         table: &mut Vec<SgDesc>,
     ) -> Result<(), i32>;
+
+    /// True if `src` names a source this driver registered on every path, with at least
+    /// `len` bytes at its offset ([`Server::resp_rdma_from`](super::Server::resp_rdma_from)).
+    /// A driver without sources answers false (the default).
+    fn source_fits(&self, src: SrcRef, len: u32) -> bool {
+        let _ = (src, len);
+        false
+    }
 
     /// Reads `out.len()` bytes at `off` of chunk `chunk` of `sess` (remote-writable memory:
     /// the driver copies, it never hands out a reference).

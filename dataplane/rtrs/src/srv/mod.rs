@@ -38,7 +38,7 @@ use crate::wire::{
     ConnReq, ConnReqRepr, ConnRspRepr, DEFAULT_MAX_CHUNK_SIZE, DEFAULT_MAX_HDR_SIZE,
     DEFAULT_QUEUE_DEPTH, Geometry, MAX_PATHS, MIN_CHUNK_SIZE, MSG_NEW_RKEY_F, PROTO_VER, PathName,
 };
-use crate::work::{CmEvent, Conn, PathId, Wc};
+use crate::work::{CmEvent, Conn, PathId, SrcRef, Wc};
 
 mod io;
 mod path;
@@ -472,18 +472,58 @@ impl Server {
         status: i32,
         io: &mut impl ServerIo,
     ) -> Result<Resp, RtrsError> {
+        self.answer(now, op, status, None, io)
+    }
+
+    /// A successful READ answered from handler memory instead of the chunk (zero copy): the
+    /// `read_len` bytes of the request go to the client from `src`, a source the driver
+    /// registered for local access (`ServerDriver::add_source`), then the response as
+    /// [`resp_rdma`](Self::resp_rdma) sends it. The wire sees the same write. The handler
+    /// must leave those bytes alone until the response is sent (with a hardware provider the
+    /// NIC reads them after this call returns); a concurrent write of them is the overlapping
+    /// IO a block device does not order either.
+    ///
+    /// # Errors
+    /// [`RtrsError::StaleOp`] as [`resp_rdma`](Self::resp_rdma);
+    /// [`RtrsError::NotARead`] if `op` is not a READ that asked for data;
+    /// [`RtrsError::Source`] if `src` is not a registered source with `read_len` bytes at its
+    /// offset. Both leave `op` waiting: answer it another way.
+    pub fn resp_rdma_from(
+        &mut self,
+        now: Instant,
+        op: OpId,
+        src: SrcRef,
+        io: &mut impl ServerIo,
+    ) -> Result<Resp, RtrsError> {
+        self.answer(now, op, 0, Some(src), io)
+    }
+
+    fn answer(
+        &mut self,
+        now: Instant,
+        op: OpId,
+        status: i32,
+        src: Option<SrcRef>,
+        io: &mut impl ServerIo,
+    ) -> Result<Resp, RtrsError> {
         let _ = now;
         let p = self.path_index(op.path).ok_or(RtrsError::StaleOp)?;
         let path = self.paths[p].as_mut().expect("checked");
         if !path.op_waits(op) {
             return Err(RtrsError::StaleOp);
         }
+        if let Some(src) = src {
+            let len = path.read_len(op).ok_or(RtrsError::NotARead)?;
+            if !io.source_fits(src, len) {
+                return Err(RtrsError::Source);
+            }
+        }
         if path.state != ServerState::Connected {
             path.drop_op(op);
             self.finish_close_if_idle(p, io);
             return Ok(Resp::Dropped);
         }
-        match path.respond(op, status, io) {
+        match path.respond(op, status, src, io) {
             Ok(true) => Ok(Resp::Sent),
             Ok(false) => Ok(Resp::Queued),
             Err(e) => {

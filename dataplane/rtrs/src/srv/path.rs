@@ -18,7 +18,7 @@ use crate::wire::{
     Bad, Geometry, Imm, ImmType, InfoReq, InfoReqRepr, InfoRsp, IoRsp, MsgType, PathName, RdmaRead,
     RdmaReadRepr, RdmaWrite, RdmaWriteRepr, RkeyRspRepr, SERVICE_CON_QUEUE_DEPTH, SgDesc,
 };
-use crate::work::{Conn, Dir, PathId, RecvBuf, SendQueue, Wc, Wr, WrId, inc_rkey};
+use crate::work::{Conn, Dir, PathId, RecvBuf, SendQueue, SrcRef, Wc, Wr, WrId, inc_rkey};
 
 use super::io::{OpId, ServerEvent, ServerIo, SessId};
 
@@ -86,6 +86,8 @@ enum OpState {
         cid: u16,
         read: Option<RdmaReadRepr>,
         status: i32,
+        /// The READ's data comes from handler memory, not the chunk.
+        src: Option<SrcRef>,
     },
 }
 
@@ -561,6 +563,23 @@ impl ServerPath {
         )
     }
 
+    /// The bytes a READ waiting for its answer asked for (its descriptor's length): `None`
+    /// for a WRITE, a READ that moves no data, or an op that is not waiting.
+    pub(crate) fn read_len(&self, op: OpId) -> Option<u32> {
+        match self.ops.get(usize::from(op.chunk)) {
+            Some(Op {
+                st:
+                    OpState::Handler {
+                        dir: Dir::Read,
+                        read: Some(r),
+                        ..
+                    },
+                generation,
+            }) if *generation == op.generation => r.desc.map(|d| d.len),
+            _ => None,
+        }
+    }
+
     /// Frees an operation slot (answered, dropped or abandoned).
     fn release(&mut self, chunk: u16) {
         let o = &mut self.ops[usize::from(chunk)];
@@ -577,10 +596,13 @@ impl ServerPath {
     }
 
     /// `rtrs_srv_resp_rdma` on a connected path: the response now, or queued for room.
+    /// With `src`, a successful READ's data is written from that handler memory (checked by
+    /// the caller) instead of the chunk.
     pub(crate) fn respond(
         &mut self,
         op: OpId,
         status: i32,
+        src: Option<SrcRef>,
         io: &mut impl ServerIo,
     ) -> Result<bool, PathError> {
         let OpState::Handler { dir, cid, read } = self.ops[usize::from(op.chunk)].st else {
@@ -594,11 +616,12 @@ impl ServerPath {
                 cid,
                 read,
                 status,
+                src,
             };
             self.stats.queued_responses += 1;
             return Ok(false);
         }
-        self.send_rsp(op.chunk, dir, cid, read, status, io)?;
+        self.send_rsp(op.chunk, dir, cid, read, status, src, io)?;
         Ok(true)
     }
 
@@ -613,8 +636,9 @@ impl ServerPath {
                 cid,
                 read,
                 status,
+                src,
             } = self.ops[usize::from(chunk)].st
-                && let Err(e) = self.send_rsp(chunk, dir, cid, read, status, io)
+                && let Err(e) = self.send_rsp(chunk, dir, cid, read, status, src, io)
             {
                 return Outcome::Close(e);
             }
@@ -623,6 +647,7 @@ impl ServerPath {
     }
 
     /// `send_io_resp_imm` or `rdma_write_sg`: the chain of a response, then the slot free.
+    #[allow(clippy::too_many_arguments, reason = "the fields of one answered op")]
     fn send_rsp(
         &mut self,
         chunk: u16,
@@ -630,6 +655,7 @@ impl ServerPath {
         cid: u16,
         read: Option<RdmaReadRepr>,
         status: i32,
+        src: Option<SrcRef>,
         io: &mut impl ServerIo,
     ) -> Result<(), PathError> {
         let desc = read.and_then(|r| r.desc);
@@ -672,15 +698,26 @@ impl ServerPath {
             signaled: false,
         });
         if write_data && let Some(d) = desc {
-            chain[n] = Some(Wr::WriteChunk {
-                wr_id: Self::wr(K_RSP, 0, chunk),
-                chunk,
-                len: d.len,
-                remote: RemoteAddr {
-                    addr: d.addr,
-                    rkey: d.key,
+            let remote = RemoteAddr {
+                addr: d.addr,
+                rkey: d.key,
+            };
+            let wr_id = Self::wr(K_RSP, 0, chunk);
+            chain[n] = Some(match src {
+                Some(src) => Wr::WriteSource {
+                    wr_id,
+                    src,
+                    len: d.len,
+                    remote,
+                    signaled: false,
                 },
-                signaled: false,
+                None => Wr::WriteChunk {
+                    wr_id,
+                    chunk,
+                    len: d.len,
+                    remote,
+                    signaled: false,
+                },
             });
             n += 1;
             // rdma_write_sg: data, [REG_MR], [SEND_WITH_INV], final.
