@@ -20,7 +20,7 @@ use std::time::Duration;
 use dataplane::fabric::shm::{Shm, ShmConfig, ShmDevice};
 use dataplane::rtrs::clt::{ClientConfig, ClientEvent, ClientSession, DataRef, MpPolicy, Request};
 use dataplane::rtrs::error::{PathError, Violation};
-use dataplane::rtrs::fabric::{ClientDriver, ClientDriverConfig, ServerDriver, Tamper};
+use dataplane::rtrs::fabric::{ClientDriver, ClientDriverConfig, PathKill, ServerDriver, Tamper};
 use dataplane::rtrs::permit::{ConType, Permit, Wait};
 use dataplane::rtrs::srv::{Server, ServerConfig, ServerEvent, ServerIo};
 use dataplane::rtrs::wire::{Geometry, Imm, ImmType, IoRsp};
@@ -554,17 +554,24 @@ fn two_paths_round_robin_share_the_load() {
 
 #[test]
 fn killed_path_fails_over_without_errors_and_reconnects() {
-    fails_over_and_reconnects("kill", [7301, 7302], false);
+    fails_over_and_reconnects("kill", [7301, 7302], false, PathKill::Disconnect);
+}
+
+/// The same kill made by moving the path's queue pairs to the error state (no CM event):
+/// the flushed requests fail over, the path closes and reconnects.
+#[test]
+fn path_whose_queue_pairs_go_to_error_fails_over_and_reconnects() {
+    fails_over_and_reconnects("kill-qperr", [7321, 7322], false, PathKill::QpError);
 }
 
 /// The same with READs answered from a source (zero copy): the source is registered on the
 /// paths up at its first use and on the path that reconnects, and every byte is checked.
 #[test]
 fn reads_from_a_source_survive_a_path_kill_and_reconnect() {
-    fails_over_and_reconnects("kill-zcopy", [7311, 7312], true);
+    fails_over_and_reconnects("kill-zcopy", [7311, 7312], true, PathKill::Disconnect);
 }
 
-fn fails_over_and_reconnects(name: &str, ports: [u16; 2], zcopy: bool) {
+fn fails_over_and_reconnects(name: &str, ports: [u16; 2], zcopy: bool, how: PathKill) {
     let d = dir(name);
     let addrs = vec![addr(ports[0]), addr(ports[1])];
     let stop = Arc::new(AtomicBool::new(false));
@@ -583,7 +590,7 @@ fn fails_over_and_reconnects(name: &str, ports: [u16; 2], zcopy: bool) {
         |_| Dir::Read,
         |c| {
             if c.done > 500 && killed.load(Ordering::Relaxed) == 0 {
-                let n = c.drv.kill_path(victim);
+                let n = c.drv.kill_path_by(victim, how);
                 killed.store(n as u64, Ordering::Relaxed);
                 // From here on, path events are the kill's.
                 c.path_events.clear();

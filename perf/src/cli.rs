@@ -443,12 +443,14 @@ fn clap_error(e: &clap::Error, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
         }
         _ => {
             let text = e.to_string();
-            let first = text
-                .lines()
-                .map(str::trim)
-                .find(|l| !l.is_empty())
-                .unwrap_or("invalid arguments");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
+            let mut lines = text.lines().map(str::trim).skip_while(|l| l.is_empty());
+            let first = lines.next().unwrap_or("invalid arguments");
+            let mut first = first.strip_prefix("error: ").unwrap_or(first).to_owned();
+            // "the following required arguments were not provided:" lists them below.
+            if first.ends_with(':') {
+                let listed: Vec<&str> = lines.take_while(|l| !l.is_empty()).collect();
+                first = format!("{} {}", first, listed.join(", "));
+            }
             let _ = writeln!(err, "dp-perf: error: {first} (see dp-perf --help)");
             2
         }

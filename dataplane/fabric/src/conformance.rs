@@ -785,6 +785,43 @@ pub fn check_disconnect_flush<P: Provider>(env: &Env<P>) -> Check {
     Ok(())
 }
 
+/// `move_to_error` flushes what is posted and what is posted after it, on that side only.
+pub fn check_move_to_error<P: Provider>(env: &Env<P>) -> Check {
+    let mut p = connect(env, env.port, caps(), &[], &[])?;
+    for i in 0..3 {
+        post_recv(&mut p.b, 400 + i, 0, 64)?;
+    }
+    p.b.qp.move_to_error();
+    p.b.qp.move_to_error();
+    ensure!(
+        p.b.qp.state() == QpState::Error,
+        "state {:?}",
+        p.b.qp.state()
+    );
+    let (_, cb) = poll_n(&mut p, 0, 3)?;
+    for (i, c) in cb.iter().enumerate() {
+        ensure!(
+            c.wr_id == 400 + i as u64 && c.status == WcStatus::WrFlushErr,
+            "flush {i}: {c:?}"
+        );
+    }
+    let sge = [p.b.mr.sge(0, 8)];
+    p.b.qp
+        .post_send(&[SendWr::signaled(7, SendOp::Write(p.a.remote(0)), &sge)])
+        .map_err(fe("post after move_to_error"))?;
+    let (_, cb) = poll_n(&mut p, 0, 1)?;
+    ensure!(
+        cb[0].wr_id == 7 && cb[0].status == WcStatus::WrFlushErr,
+        "{:?}",
+        cb[0]
+    );
+    ensure!(
+        p.a.qp.state() != QpState::Error,
+        "the peer's queue pair is not moved by it"
+    );
+    Ok(())
+}
+
 /// Rejection carries private data; connecting where nobody listens is reported.
 pub fn check_reject_and_unreachable<P: Provider>(env: &Env<P>) -> Check {
     let pd = env.a.alloc_pd().map_err(fe("pd"))?;
@@ -1042,6 +1079,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@one $p, $port, $env, send_queue_accounting, check_send_queue_accounting, 120);
         $crate::conformance_tests!(@one $p, $port, $env, ordering, check_ordering, 130);
         $crate::conformance_tests!(@one $p, $port, $env, ud, check_ud, 140);
+        $crate::conformance_tests!(@one $p, $port, $env, move_to_error, check_move_to_error, 195);
     };
     (@one $p:ty, $port:ident, $env:expr, $name:ident, $check:ident, $off:expr) => {
         #[test]

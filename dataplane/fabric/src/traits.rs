@@ -233,6 +233,13 @@ pub trait RcQueuePair: Send {
     /// Posts receive requests (`ibv_post_recv`). Receives may be posted before the
     /// connection is established.
     fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> core::result::Result<(), PostError>;
+    /// Moves the queue pair to the error state (`ibv_modify_qp` to `IBV_QPS_ERR`), as a
+    /// failing link or a fatal local error does: every outstanding and later request
+    /// completes with [`WcStatus::WrFlushErr`](crate::WcStatus::WrFlushErr), receives
+    /// included; nothing more moves. The connection manager is not told (no
+    /// `DISCONNECTED`); the peer finds out as it would on hardware, when its own requests
+    /// to this queue pair fail. Idempotent.
+    fn move_to_error(&mut self);
 }
 
 /// A send work request on an unreliable-datagram queue pair.

@@ -11,7 +11,7 @@ use dataplane::fabric::Provider;
 use dataplane::rtrs::clt::{
     ClientConfig, ClientEvent, ClientSession, ClientState, DataRef, MpPolicy, Request,
 };
-use dataplane::rtrs::fabric::{ClientDriver, ClientDriverConfig};
+use dataplane::rtrs::fabric::{ClientDriver, ClientDriverConfig, PathKill};
 use dataplane::rtrs::permit::{ConType, Permit, Wait};
 use dataplane::rtrs::work::{Dir, PathId};
 use dp_plot::{PercentileSeries, fmt_bytes};
@@ -34,6 +34,7 @@ pub(super) struct Plan {
     pub(super) secs: f64,
     pub(super) policy: MpPolicy,
     pub(super) kill_after: Option<f64>,
+    pub(super) kill_how: PathKill,
     pub(super) busy: bool,
 }
 
@@ -314,11 +315,15 @@ pub(super) fn measure<P: Provider>(
                 .sess
                 .path_stats(v)
                 .map_or(0, |s| s.rdma.read_cnt + s.rdma.write_cnt);
-            run.drv.kill_path(v);
+            run.drv.kill_path_by(v, plan.kill_how);
             let k = KillReport {
                 at_s: now.nanos_since(t0) as f64 / 1e9,
                 moved,
                 after: before,
+                how: match plan.kill_how {
+                    PathKill::Disconnect => "CM disconnect",
+                    PathKill::QpError => "queue pairs to error",
+                },
                 ..KillReport::default()
             };
             kill = Some((now, k));

@@ -12,7 +12,7 @@
 //! "paths":N,"failed":N}}`. Latency is per request, from submission to completion. Each
 //! path is its own connection set to its own server address (`--port`, `--port + 1`, ...).
 //! `--kill-path-after S` disconnects path 0 through the connection manager S seconds into
-//! the run: its requests fail over to the other paths (`failed` counts any that did not),
+//! the run (with `--kill-how qp-error`, moves its queue pairs to the error state instead): its requests fail over to the other paths (`failed` counts any that did not),
 //! and the table shows the failover time and the path's reconnect (after a 100 ms
 //! reconnect delay and RTRS's 1 s backoff) and the requests it took afterwards.
 //!
@@ -41,6 +41,7 @@ use clap::{Args, ValueEnum};
 use dataplane::fabric::Provider;
 use dataplane::fabric::shm::{Shm, ShmConfig, ShmDevice};
 use dataplane::rtrs::clt::MpPolicy;
+use dataplane::rtrs::fabric::PathKill;
 use dataplane::rtrs::work::Dir;
 
 pub use report::{KillReport, RtrsReport};
@@ -72,6 +73,15 @@ pub enum Policy {
     MinInflight,
     /// The path with the lowest recent latency.
     MinLatency,
+}
+
+/// `--kill-how`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KillHow {
+    /// Every connection of the path disconnected through the connection manager.
+    Disconnect,
+    /// Every queue pair of the path moved to the error state.
+    QpError,
 }
 
 /// `--poll`.
@@ -117,6 +127,10 @@ pub struct RtrsArgs {
     /// failures).
     #[arg(long, value_name = "SECONDS", value_parser = parse_secs)]
     pub kill_path_after: Option<f64>,
+    /// How --kill-path-after kills: disconnect through the CM, or move the path's queue
+    /// pairs to the error state (no CM event; the flushes tell the session).
+    #[arg(long, value_enum, default_value_t = KillHow::Disconnect, requires = "kill_path_after")]
+    pub kill_how: KillHow,
     /// How both sides wait when idle.
     #[arg(long, value_enum, default_value_t = PollKind::Hybrid)]
     pub poll: PollKind,
@@ -310,6 +324,10 @@ impl RtrsArgs {
                     Policy::MinLatency => MpPolicy::MinLatency,
                 },
                 kill_after: self.kill_path_after,
+                kill_how: match self.kill_how {
+                    KillHow::Disconnect => PathKill::Disconnect,
+                    KillHow::QpError => PathKill::QpError,
+                },
                 busy,
             };
             client::measure::<P>(dev, &plan)

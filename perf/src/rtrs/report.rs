@@ -23,6 +23,8 @@ pub struct KillReport {
     pub reconnect_ns: Option<u64>,
     /// Requests the path carried after it came back.
     pub after: u64,
+    /// How it was killed: `CM disconnect` or `queue pairs to error`.
+    pub how: &'static str,
 }
 
 /// The client's measurement (or, on the server side, what it served).
@@ -148,8 +150,8 @@ impl Report for RtrsReport {
         if let Some(k) = self.kill {
             writeln!(
                 out,
-                "  path 0 killed (CM disconnect) at {:.2} s with {} requests in flight on it:",
-                k.at_s, k.moved
+                "  path 0 killed ({}) at {:.2} s with {} requests in flight on it:",
+                k.how, k.at_s, k.moved
             )?;
             match k.failover_ns {
                 Some(ns) if k.moved_failed == 0 => writeln!(

@@ -108,4 +108,8 @@ impl RcQueuePair for ShmQp {
         self.core
             .post_recv(&mut self.rq, &mut self.recv_posted, wrs)
     }
+
+    fn move_to_error(&mut self) {
+        self.core.set_error();
+    }
 }

@@ -339,4 +339,20 @@ impl RcQueuePair for VerbsQp {
         // SAFETY: qp is live as long as self.
         unsafe { self.rq.post(self.qp, &self.track, &self.caps, wrs) }
     }
+
+    fn move_to_error(&mut self) {
+        self.track.set_state(QpState::Error);
+        // SAFETY: plain data; only qp_state is read for this mask.
+        let mut attr: ffi::ibv_qp_attr = unsafe { core::mem::zeroed() };
+        attr.qp_state = ffi::ibv_qp_state::IBV_QPS_ERR;
+        // SAFETY: qp is live as long as self; moving to ERR is valid from every state.
+        // A failure (the device is gone) leaves nothing to flush.
+        let _ = unsafe {
+            ffi::ibv_modify_qp(
+                self.qp,
+                &raw mut attr,
+                ffi::ibv_qp_attr_mask::IBV_QP_STATE.0 as i32,
+            )
+        };
+    }
 }

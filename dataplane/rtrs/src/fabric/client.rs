@@ -10,6 +10,7 @@ use dp_fabric::{
 };
 use mempool::memory::{Region, RegionConfig};
 
+use super::PathKill;
 use super::qp::{ConnTable, LocalMem, PathConns, QpRes, errno_of, gone, poll_conn};
 use crate::clt::{ClientIo, ClientSession, DataRef, Mapped};
 use crate::timer::Instant;
@@ -201,13 +202,31 @@ impl<P: Provider> ClientDriver<P> {
     /// The session then fails the path's requests over and reconnects it later. Returns
     /// the number of connections disconnected.
     pub fn kill_path(&mut self, path: PathId) -> usize {
+        self.kill_path_by(path, PathKill::Disconnect)
+    }
+
+    /// Tears a path down from below as `how` says ([`PathKill`]). Returns the number of
+    /// connections disconnected or moved to the error state.
+    pub fn kill_path_by(&mut self, path: PathId, how: PathKill) -> usize {
         let Some(p) = self.path_mut(path) else {
             return 0;
         };
-        let ids: Vec<ConnId> = p.conns.iter().flatten().map(|q| q.conn_id).collect();
-        ids.iter()
-            .filter(|&&id| p.cm.disconnect(id).is_ok())
-            .count()
+        match how {
+            PathKill::Disconnect => {
+                let ids: Vec<ConnId> = p.conns.iter().flatten().map(|q| q.conn_id).collect();
+                ids.iter()
+                    .filter(|&&id| p.cm.disconnect(id).is_ok())
+                    .count()
+            }
+            PathKill::QpError => {
+                let mut n = 0;
+                for q in p.conns.iter_mut().flatten() {
+                    q.move_to_error();
+                    n += 1;
+                }
+                n
+            }
+        }
     }
 
     fn path(&self, id: PathId) -> Option<&CPath<P>> {

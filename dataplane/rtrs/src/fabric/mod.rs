@@ -99,6 +99,20 @@
 //! requests); a completion is a copy of at most 8 bytes of payload. No allocation, no
 //! system call, no lock beyond the provider's.
 
+/// How [`ClientDriver::kill_path_by`] and [`ServerDriver::kill_path_by`] tear a path down
+/// from below, as the reliability tests do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PathKill {
+    /// Every connection disconnected through the connection manager (both sides see
+    /// `DISCONNECTED`), as a peer that closes or a link the CM notices.
+    Disconnect,
+    /// Every queue pair moved to the error state (`IBV_QPS_ERR`), as a fatal local error
+    /// or a link that fails under the transport: outstanding requests flush with
+    /// `WR_FLUSH_ERR`, no CM event; the state machine sees the flushes, closes the path
+    /// (disconnecting it) and reconnects.
+    QpError,
+}
+
 /// The drivers poll the control path (connection-manager events, timers) once every this
 /// many turns of their loop, busy or idle, so it stays off the round trip of a request (a
 /// CM channel poll costs about as much as a completion-queue poll on shm).

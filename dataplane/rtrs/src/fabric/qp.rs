@@ -142,6 +142,11 @@ fn caps_for(dev: &impl Device, sizes: QpSizes) -> (QpCaps, u32) {
 }
 
 impl<P: Provider> QpRes<P> {
+    /// Moves the queue pair to the error state: what it holds flushes (a path kill).
+    pub(crate) fn move_to_error(&mut self) {
+        self.qp.move_to_error();
+    }
+
     /// Connects (client): a completion queue and a queue pair on `pd`, the request to `dst`.
     pub(crate) fn connect(
         dev: &P::Device,

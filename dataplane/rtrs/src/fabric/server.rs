@@ -10,6 +10,7 @@ use dp_fabric::{
 };
 use mempool::memory::{Region, RegionConfig};
 
+use super::PathKill;
 use super::client::DriverStats;
 use super::qp::{ConnTable, LocalMem, PathConns, QpRes, errno_of, gone, poll_conn};
 use crate::srv::{CmToken, Server, ServerIo, SessId};
@@ -277,20 +278,36 @@ impl<P: Provider> ServerDriver<P> {
     /// Tears a path down from below (every connection disconnected through the CM), as a
     /// failing link does. Returns the number of connections disconnected.
     pub fn kill_path(&mut self, path: PathId) -> usize {
+        self.kill_path_by(path, PathKill::Disconnect)
+    }
+
+    /// Tears a path down from below as `how` says ([`PathKill`]). Returns the number of
+    /// connections disconnected or moved to the error state.
+    pub fn kill_path_by(&mut self, path: PathId, how: PathKill) -> usize {
         let Some(p) = self
             .paths
-            .get(usize::from(path.idx))
-            .and_then(Option::as_ref)
+            .get_mut(usize::from(path.idx))
+            .and_then(Option::as_mut)
+            .filter(|p| p.id == path)
         else {
             return 0;
         };
-        if p.id != path {
-            return 0;
+        match how {
+            PathKill::Disconnect => {
+                let ids: Vec<ConnId> = p.conns.iter().flatten().map(|q| q.conn_id).collect();
+                ids.iter()
+                    .filter(|&&id| self.cm.disconnect(id).is_ok())
+                    .count()
+            }
+            PathKill::QpError => {
+                let mut n = 0;
+                for q in p.conns.iter_mut().flatten() {
+                    q.move_to_error();
+                    n += 1;
+                }
+                n
+            }
         }
-        let ids: Vec<ConnId> = p.conns.iter().flatten().map(|q| q.conn_id).collect();
-        ids.iter()
-            .filter(|&&id| self.cm.disconnect(id).is_ok())
-            .count()
     }
 
     /// One turn of the loop of the crate doc for `srv`: connect requests and other
