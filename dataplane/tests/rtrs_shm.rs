@@ -80,6 +80,8 @@ struct Served {
     bad_writes: u64,
     /// Paths the server closed for a protocol violation.
     violation_closes: u64,
+    /// Devices (bit per `with_devices` index) requests came in on.
+    devices: u32,
 }
 
 /// A RAM-disk server on `addrs` (one per path) until `stop`.
@@ -98,34 +100,42 @@ fn lying_server(
     stop: Arc<AtomicBool>,
     tamper: Tamper,
 ) -> (JoinHandle<Served>, mpsc::Receiver<()>) {
-    any_server(dir, addrs, stop, tamper, None, false)
+    any_server(dir, addrs, stop, tamper, None, Serve::default())
 }
 
-/// [`server`] answering READs from a source of its own (`resp_rdma_from`, zero copy), added
-/// when the first request arrives: registered on the paths that are up then, and on every
-/// path that connects later.
-fn zcopy_server(
-    dir: PathBuf,
-    addrs: Vec<SocketAddr>,
-    stop: Arc<AtomicBool>,
-) -> (JoinHandle<Served>, mpsc::Receiver<()>) {
-    any_server(dir, addrs, stop, Tamper::default(), None, true)
+/// How a test server runs, beyond its tamper and pause.
+#[derive(Clone, Copy, Debug, Default)]
+struct Serve {
+    /// READs answered from a source, not the chunk.
+    zcopy: bool,
+    /// Each listen address on a device of its own (and each client path on its own).
+    device_per_path: bool,
 }
 
 /// A server that stops polling while `pause.0` is set, with heartbeats every `pause.1`;
-/// with `zcopy`, READs are answered from a source (one block per chunk) instead of the
-/// chunk.
+/// with `serve.zcopy`, READs are answered from a source (one block per chunk) instead of
+/// the chunk; with `serve.device_per_path`, each address is listened on by a device of its
+/// own.
 fn any_server(
     dir: PathBuf,
     addrs: Vec<SocketAddr>,
     stop: Arc<AtomicBool>,
     tamper: Tamper,
     pause: Option<(Arc<AtomicBool>, Duration)>,
-    zcopy: bool,
+    serve: Serve,
 ) -> (JoinHandle<Served>, mpsc::Receiver<()>) {
+    let zcopy = serve.zcopy;
     let (tx, rx) = mpsc::channel();
     let h = std::thread::spawn(move || {
-        let mut drv = ServerDriver::<Shm>::new(dev(&dir), &addrs).expect("listen");
+        let mut drv = if serve.device_per_path {
+            let devs: Vec<(Arc<ShmDevice>, &[SocketAddr])> = addrs
+                .iter()
+                .map(|a| (dev(&dir), core::slice::from_ref(a)))
+                .collect();
+            ServerDriver::<Shm>::with_devices(&devs).expect("listen")
+        } else {
+            ServerDriver::<Shm>::new(dev(&dir), &addrs).expect("listen")
+        };
         drv.set_tamper(tamper);
         let mut cfg = ServerConfig {
             queue_depth: QD,
@@ -178,6 +188,7 @@ fn any_server(
                     continue;
                 };
                 let mut status = 0;
+                served.devices |= drv.path_device(op.path).map_or(0, |k| 1 << k);
                 if usr_len != 8 || drv.read_chunk(sess, chunk, data_len, &mut usr).is_err() {
                     status = -libc::EINVAL;
                 } else {
@@ -270,7 +281,7 @@ impl Client {
 
     /// Opens a session; `Err` with the path error if the open fails.
     fn try_open(dir: &Path, addrs: &[SocketAddr], policy: MpPolicy) -> Result<Self, PathError> {
-        Self::open_with(dir, addrs, policy, None)
+        Self::open_with(dir, addrs, policy, None, false)
     }
 
     /// Opens a session with heartbeats every `hb` (default 5 s).
@@ -279,6 +290,7 @@ impl Client {
         addrs: &[SocketAddr],
         policy: MpPolicy,
         hb: Option<Duration>,
+        device_per_path: bool,
     ) -> Result<Self, PathError> {
         let clock = RealClock::new();
         let mut drv = ClientDriver::<Shm>::new(
@@ -290,7 +302,11 @@ impl Client {
         )
         .expect("driver");
         for a in addrs {
-            drv.add_route(*a);
+            if device_per_path {
+                drv.add_route_via(*a, dev(dir));
+            } else {
+                drv.add_route(*a);
+            }
         }
         let data = Arc::new(
             Region::new(
@@ -554,34 +570,64 @@ fn two_paths_round_robin_share_the_load() {
 
 #[test]
 fn killed_path_fails_over_without_errors_and_reconnects() {
-    fails_over_and_reconnects("kill", [7301, 7302], false, PathKill::Disconnect);
+    fails_over_and_reconnects("kill", [7301, 7302], Serve::default(), PathKill::Disconnect);
 }
 
 /// The same kill made by moving the path's queue pairs to the error state (no CM event):
 /// the flushed requests fail over, the path closes and reconnects.
 #[test]
 fn path_whose_queue_pairs_go_to_error_fails_over_and_reconnects() {
-    fails_over_and_reconnects("kill-qperr", [7321, 7322], false, PathKill::QpError);
+    fails_over_and_reconnects(
+        "kill-qperr",
+        [7321, 7322],
+        Serve::default(),
+        PathKill::QpError,
+    );
+}
+
+/// Two paths, each on a device of its own on both sides (as over `rxe0` and `rxe1`): both
+/// carry IO, and one fails over and reconnects on its device.
+#[test]
+fn paths_on_devices_of_their_own_fail_over_and_reconnect() {
+    let serve = Serve {
+        device_per_path: true,
+        ..Serve::default()
+    };
+    fails_over_and_reconnects("kill-devs", [7331, 7332], serve, PathKill::QpError);
 }
 
 /// The same with READs answered from a source (zero copy): the source is registered on the
 /// paths up at its first use and on the path that reconnects, and every byte is checked.
 #[test]
 fn reads_from_a_source_survive_a_path_kill_and_reconnect() {
-    fails_over_and_reconnects("kill-zcopy", [7311, 7312], true, PathKill::Disconnect);
+    let zcopy = Serve {
+        zcopy: true,
+        ..Serve::default()
+    };
+    fails_over_and_reconnects("kill-zcopy", [7311, 7312], zcopy, PathKill::Disconnect);
 }
 
-fn fails_over_and_reconnects(name: &str, ports: [u16; 2], zcopy: bool, how: PathKill) {
+fn fails_over_and_reconnects(name: &str, ports: [u16; 2], serve: Serve, how: PathKill) {
     let d = dir(name);
     let addrs = vec![addr(ports[0]), addr(ports[1])];
     let stop = Arc::new(AtomicBool::new(false));
-    let (h, ready) = if zcopy {
-        zcopy_server(d.clone(), addrs.clone(), Arc::clone(&stop))
-    } else {
-        server(d.clone(), addrs.clone(), Arc::clone(&stop))
-    };
+    let (h, ready) = any_server(
+        d.clone(),
+        addrs.clone(),
+        Arc::clone(&stop),
+        Tamper::default(),
+        None,
+        serve,
+    );
     ready.recv().unwrap();
-    let mut c = Client::open(&d, &addrs, MpPolicy::RoundRobin);
+    let mut c = Client::open_with(
+        &d,
+        &addrs,
+        MpPolicy::RoundRobin,
+        None,
+        serve.device_per_path,
+    )
+    .expect("open");
     let victim = c.sess.paths().next().unwrap();
     let killed = AtomicU64::new(0);
     c.run(
@@ -624,6 +670,8 @@ fn fails_over_and_reconnects(name: &str, ports: [u16; 2], zcopy: bool, how: Path
     stop.store(true, Ordering::Relaxed);
     let served = h.join().unwrap();
     assert!(served.reads >= 4000, "every READ was answered: {served:?}");
+    let devices = if serve.device_per_path { 0b11 } else { 0b1 };
+    assert_eq!(served.devices, devices, "the devices the paths lived on");
     assert!(down, "the session saw the path go down");
     assert_eq!(failed, 0, "no request fails while another path lives");
     assert_eq!(bad, 0);
@@ -756,10 +804,10 @@ fn server_that_stops_polling_is_detected_by_heartbeats_then_path_reconnects() {
         Arc::clone(&stop),
         Tamper::default(),
         Some((Arc::clone(&pause), hb)),
-        false,
+        Serve::default(),
     );
     ready.recv().unwrap();
-    let mut c = Client::open_with(&d, &addrs, MpPolicy::MinInflight, Some(hb)).unwrap();
+    let mut c = Client::open_with(&d, &addrs, MpPolicy::MinInflight, Some(hb), false).unwrap();
     c.run(200, 4, |_| Dir::Read, |_| {});
     c.drain();
     let path = c.sess.paths().next().unwrap();

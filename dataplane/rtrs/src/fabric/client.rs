@@ -69,6 +69,7 @@ impl<P: Provider> LocalMem for PathMem<P> {
 pub(super) struct CPath<P: Provider> {
     id: PathId,
     addr: SocketAddr,
+    dev: Arc<P::Device>,
     cm: P::Cm,
     mem: Option<PathMem<P>>,
     conns: Vec<Option<QpRes<P>>>,
@@ -98,7 +99,8 @@ pub struct DriverStats {
 /// The client's driver over provider `P` (see the module doc).
 pub struct ClientDriver<P: Provider> {
     dev: Arc<P::Device>,
-    routes: VecDeque<SocketAddr>,
+    /// Server addresses of the paths to come, each with the device it goes out on.
+    routes: VecDeque<(SocketAddr, Arc<P::Device>)>,
     paths: Vec<Option<CPath<P>>>,
     iu: Arc<Region>,
     iu_slot: u32,
@@ -153,7 +155,16 @@ impl<P: Provider> ClientDriver<P> {
     /// its paths in the order of its UUIDs, [`ClientSession::add_path`] one more). A path
     /// keeps its address across reconnects.
     pub fn add_route(&mut self, addr: SocketAddr) {
-        self.routes.push_back(addr);
+        let dev = Arc::clone(&self.dev);
+        self.routes.push_back((addr, dev));
+    }
+
+    /// [`add_route`](Self::add_route) over device `dev` instead of the driver's: a
+    /// multipath session with each path on its own HCA port (`rxe0`, `rxe1`), as Linux RTRS
+    /// spreads paths over devices. The path's connection-manager channel, protection
+    /// domain, registrations and queue pairs are all made on `dev`.
+    pub fn add_route_via(&mut self, addr: SocketAddr, dev: Arc<P::Device>) {
+        self.routes.push_back((addr, dev));
     }
 
     /// Adds a data region (requests name it by the returned number in
@@ -333,11 +344,12 @@ impl<P: Provider> ClientDriver<P> {
             self.paths.resize_with(i + 1, || None);
         }
         if self.paths[i].as_ref().is_none_or(|p| p.id != id) {
-            let addr = self.routes.pop_front().ok_or(-libc::EHOSTUNREACH)?;
-            let cm = self.dev.create_cm_channel().map_err(|e| errno_of(&e))?;
+            let (addr, dev) = self.routes.pop_front().ok_or(-libc::EHOSTUNREACH)?;
+            let cm = dev.create_cm_channel().map_err(|e| errno_of(&e))?;
             self.paths[i] = Some(CPath {
                 id,
                 addr,
+                dev,
                 cm,
                 mem: None,
                 conns: Vec::new(),
@@ -345,7 +357,7 @@ impl<P: Provider> ClientDriver<P> {
         }
         let p = self.paths[i].as_mut().expect("made above");
         if p.mem.is_none() {
-            let pd = self.dev.alloc_pd().map_err(|e| errno_of(&e))?;
+            let pd = p.dev.alloc_pd().map_err(|e| errno_of(&e))?;
             let iu = pd
                 .reg_region(&self.iu, 0, self.iu.len(), Access::LOCAL_WRITE)
                 .map_err(|e| errno_of(&e))?;
@@ -391,12 +403,17 @@ impl<P: Provider> ConnTable<P> for ClientDriver<P> {
 
 impl<P: Provider> ClientIo for ClientDriver<P> {
     fn connect(&mut self, conn: Conn, sizes: QpSizes, private_data: &[u8; 56]) -> Result<(), i32> {
-        let dev = Arc::clone(&self.dev);
         let p = self.ensure_path(conn.path)?;
         let addr = p.addr;
-        let CPath { cm, mem, conns, .. } = p;
+        let CPath {
+            cm,
+            mem,
+            conns,
+            dev,
+            ..
+        } = p;
         let pd = &mem.as_ref().expect("ensure_path made it").pd;
-        let q = QpRes::connect(&*dev, pd, cm, addr, conn, sizes, private_data)?;
+        let q = QpRes::connect(&**dev, pd, cm, addr, conn, sizes, private_data)?;
         let cid = usize::from(conn.cid);
         if conns.len() <= cid {
             conns.resize_with(cid + 1, || None);

@@ -37,6 +37,8 @@ pub(super) struct SPath<P: Provider> {
     per: u32,
     chunk_size: u32,
     conns: Vec<Option<QpRes<P>>>,
+    /// The device (channel) it lives on.
+    chan: usize,
     /// The handler's sources, registered in this path's domain for local access only (a
     /// client's key never names them), by source number.
     sources: Vec<P::Mr>,
@@ -93,14 +95,21 @@ pub struct Tamper {
 /// Sources a driver takes (each is registered on every path).
 pub const MAX_SOURCES: usize = 64;
 
+/// A device the server listens on: its connection-manager channel and listeners.
+struct Chan<P: Provider> {
+    dev: Arc<P::Device>,
+    cm: P::Cm,
+    listeners: Vec<ListenId>,
+}
+
 /// The server's driver over provider `P` (see the module doc).
 pub struct ServerDriver<P: Provider> {
     #[cfg(feature = "testing")]
     tamper: Tamper,
-    dev: Arc<P::Device>,
-    cm: P::Cm,
-    listeners: Vec<ListenId>,
-    pending: Option<(CmToken, P::ConnRequest)>,
+    /// One connection-manager channel per device, with its listeners.
+    chans: Vec<Chan<P>>,
+    /// The connect request being answered, and the channel it came on.
+    pending: Option<(CmToken, P::ConnRequest, usize)>,
     next_token: CmToken,
     sessions: Vec<Option<SSess>>,
     paths: Vec<Option<SPath<P>>>,
@@ -115,7 +124,11 @@ impl<P: Provider> core::fmt::Debug for ServerDriver<P> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("ServerDriver")
             .field("provider", &P::NAME)
-            .field("listeners", &self.listeners.len())
+            .field("devices", &self.chans.len())
+            .field(
+                "listeners",
+                &self.chans.iter().map(|c| c.listeners.len()).sum::<usize>(),
+            )
             .field("sessions", &self.sessions.iter().flatten().count())
             .field("paths", &self.paths.iter().flatten().count())
             .finish()
@@ -140,17 +153,42 @@ impl<P: Provider> ServerDriver<P> {
     /// # Errors
     /// Creating the CM channel or a listener failed.
     pub fn new(dev: Arc<P::Device>, listen: &[SocketAddr]) -> Result<Self, dp_fabric::FabricError> {
-        let mut cm = dev.create_cm_channel()?;
-        let mut listeners = Vec::with_capacity(listen.len());
-        for a in listen {
-            listeners.push(cm.listen(*a, 128)?);
+        Self::with_devices(&[(dev, listen)])
+    }
+
+    /// A driver listening on several devices, each on its addresses (a multipath server
+    /// with a path per HCA port, `rxe0` and `rxe1`): a path lives on the device its first
+    /// connection came in on (its protection domain, chunk registrations and queue pairs
+    /// are made there), and a later connection of that path on another device is refused.
+    ///
+    /// # Errors
+    /// No device given; creating a CM channel or a listener failed.
+    pub fn with_devices(
+        devices: &[(Arc<P::Device>, &[SocketAddr])],
+    ) -> Result<Self, dp_fabric::FabricError> {
+        if devices.is_empty() {
+            return Err(dp_fabric::FabricError::InvalidArgument {
+                what: "server devices",
+                why: "give at least one device to listen on".into(),
+            });
+        }
+        let mut chans = Vec::with_capacity(devices.len());
+        for (dev, listen) in devices {
+            let mut cm = dev.create_cm_channel()?;
+            let mut listeners = Vec::with_capacity(listen.len());
+            for a in *listen {
+                listeners.push(cm.listen(*a, 128)?);
+            }
+            chans.push(Chan {
+                dev: Arc::clone(dev),
+                cm,
+                listeners,
+            });
         }
         Ok(Self {
             #[cfg(feature = "testing")]
             tamper: Tamper::default(),
-            dev,
-            cm,
-            listeners,
+            chans,
             pending: None,
             next_token: 1,
             sessions: Vec::new(),
@@ -164,9 +202,9 @@ impl<P: Provider> ServerDriver<P> {
 
     /// The addresses listened on (with the actual ports when 0 was asked).
     pub fn listen_addrs(&self) -> Vec<SocketAddr> {
-        self.listeners
+        self.chans
             .iter()
-            .filter_map(|l| self.cm.listen_addr(*l))
+            .flat_map(|c| c.listeners.iter().filter_map(|l| c.cm.listen_addr(*l)))
             .collect()
     }
 
@@ -179,6 +217,16 @@ impl<P: Provider> ServerDriver<P> {
             .as_ref()
             .filter(|p| p.id == path)?
             .addrs
+    }
+
+    /// The device a path lives on, as its index in [`with_devices`](Self::with_devices)
+    /// (0 for [`new`](Self::new)): sysfs `hca_name`'s answer.
+    pub fn path_device(&self, path: PathId) -> Option<usize> {
+        self.paths
+            .get(usize::from(path.idx))?
+            .as_ref()
+            .filter(|p| p.id == path)
+            .map(|p| p.chan)
     }
 
     /// The driver's counters.
@@ -295,9 +343,8 @@ impl<P: Provider> ServerDriver<P> {
         match how {
             PathKill::Disconnect => {
                 let ids: Vec<ConnId> = p.conns.iter().flatten().map(|q| q.conn_id).collect();
-                ids.iter()
-                    .filter(|&&id| self.cm.disconnect(id).is_ok())
-                    .count()
+                let cm = &mut self.chans[p.chan].cm;
+                ids.iter().filter(|&&id| cm.disconnect(id).is_ok()).count()
             }
             PathKill::QpError => {
                 let mut n = 0;
@@ -335,10 +382,12 @@ impl<P: Provider> ServerDriver<P> {
         work
     }
 
-    fn conn_of(&self, id: ConnId) -> Option<Conn> {
+    /// The connection channel `k` names `id` (ids are per device).
+    fn conn_of(&self, k: usize, id: ConnId) -> Option<Conn> {
         self.paths
             .iter()
             .flatten()
+            .filter(|p| p.chan == k)
             .flat_map(|p| p.conns.iter().flatten())
             .find(|q| q.conn_id == id)
             .map(|q| q.conn)
@@ -346,7 +395,15 @@ impl<P: Provider> ServerDriver<P> {
 
     fn poll_cm(&mut self, now: Instant, srv: &mut Server) -> usize {
         let mut work = 0;
-        while let Some(ev) = self.cm.poll_event() {
+        for k in 0..self.chans.len() {
+            work += self.poll_chan(k, now, srv);
+        }
+        work
+    }
+
+    fn poll_chan(&mut self, k: usize, now: Instant, srv: &mut Server) -> usize {
+        let mut work = 0;
+        while let Some(ev) = self.chans[k].cm.poll_event() {
             work += 1;
             use dp_fabric::CmEvent as F;
             let (id, kind) = match ev {
@@ -355,12 +412,12 @@ impl<P: Provider> ServerDriver<P> {
                     self.next_token += 1;
                     let addr = path_addr(request.local_addr(), request.peer_addr());
                     let data = PrivateData::new(request.private_data()).unwrap_or_default();
-                    self.pending = Some((token, request));
+                    self.pending = Some((token, request, k));
                     self.stats.cm_events += 1;
                     srv.handle_connect_request(now, token, addr, data.as_bytes(), self);
-                    if let Some((_, request)) = self.pending.take() {
+                    if let Some((_, request, k)) = self.pending.take() {
                         // The server answers every request; never leave a peer waiting.
-                        let _ = self.cm.reject(request, &[]);
+                        let _ = self.chans[k].cm.reject(request, &[]);
                     }
                     continue;
                 }
@@ -371,12 +428,13 @@ impl<P: Provider> ServerDriver<P> {
                 F::DeviceRemoval => (None, 2),
             };
             let conns: Vec<Conn> = match id {
-                Some(id) => self.conn_of(id).into_iter().collect(),
-                // Every path's first connection stands for the path.
+                Some(id) => self.conn_of(k, id).into_iter().collect(),
+                // Every path of the device: its first connection stands for the path.
                 None => self
                     .paths
                     .iter()
                     .flatten()
+                    .filter(|p| p.chan == k)
                     .filter_map(|p| p.conns.iter().flatten().next().map(|q| q.conn))
                     .collect(),
             };
@@ -430,15 +488,14 @@ impl<P: Provider> ServerIo for ServerDriver<P> {
         sizes: QpSizes,
         private_data: &[u8; 56],
     ) -> Result<(), i32> {
-        let request = match self.pending.take() {
-            Some((t, r)) if t == req => r,
+        let (request, k) = match self.pending.take() {
+            Some((t, r, k)) if t == req => (r, k),
             other => {
                 self.pending = other;
                 return Err(-libc::EINVAL);
             }
         };
-        let dev = Arc::clone(&self.dev);
-        let cm = &mut self.cm;
+        let Chan { dev, cm, .. } = &mut self.chans[k];
         let Some(p) = self
             .paths
             .get_mut(usize::from(conn.path.idx))
@@ -448,8 +505,14 @@ impl<P: Provider> ServerIo for ServerDriver<P> {
             let _ = cm.reject(request, private_data);
             return Err(-libc::ENOENT);
         };
+        if p.chan != k {
+            // A connection of the path on another device than the path's first: its
+            // registrations are not there.
+            let _ = cm.reject(request, private_data);
+            return Err(-libc::EINVAL);
+        }
         let addrs = (request.local_addr(), request.peer_addr());
-        let q = QpRes::accept(&*dev, &p.pd, cm, request, conn, sizes, private_data)?;
+        let q = QpRes::accept(&**dev, &p.pd, cm, request, conn, sizes, private_data)?;
         p.addrs.get_or_insert(addrs);
         let cid = usize::from(conn.cid);
         if p.conns.len() <= cid {
@@ -461,8 +524,8 @@ impl<P: Provider> ServerIo for ServerDriver<P> {
 
     fn reject(&mut self, req: CmToken, private_data: &[u8; 56]) {
         match self.pending.take() {
-            Some((t, r)) if t == req => {
-                let _ = self.cm.reject(r, private_data);
+            Some((t, r, k)) if t == req => {
+                let _ = self.chans[k].cm.reject(r, private_data);
             }
             other => self.pending = other,
         }
@@ -476,8 +539,9 @@ impl<P: Provider> ServerIo for ServerDriver<P> {
             return;
         }
         let p = slot.take().expect("checked");
+        let cm = &mut self.chans[p.chan].cm;
         for q in p.conns.iter().flatten() {
-            let _ = self.cm.disconnect(q.conn_id);
+            let _ = cm.disconnect(q.conn_id);
         }
         // Queue pairs, then registrations, then the protection domain (field order).
         let SPath {
@@ -620,7 +684,9 @@ impl<P: Provider> ServerIo for ServerDriver<P> {
         }
         let per = qd / n;
         let len = per as usize * cs as usize;
-        let pd = self.dev.alloc_pd().map_err(|e| errno_of(&e))?;
+        // The path lives on the device its first connection came in on.
+        let k = self.pending.as_ref().map_or(0, |p| p.2);
+        let pd = self.chans[k].dev.alloc_pd().map_err(|e| errno_of(&e))?;
         let mut regions = Vec::with_capacity(n as usize);
         table.clear();
         for r in 0..n as usize {
@@ -658,6 +724,7 @@ impl<P: Provider> ServerIo for ServerDriver<P> {
             per,
             chunk_size: cs,
             conns: Vec::new(),
+            chan: k,
             sources,
             addrs: None,
         });
