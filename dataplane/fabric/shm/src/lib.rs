@@ -95,7 +95,7 @@ pub use cm::ShmCm;
 pub use conn::ShmConnRequest;
 pub use cq::ShmCq;
 pub use device::{ShmDevice, default_rendezvous_dir};
-pub use pd::{ShmMr, ShmPd};
+pub use pd::{ShmMr, ShmMw, ShmPd};
 pub use qp::ShmQp;
 pub use ud::{ShmUdDest, ShmUdQp};
 
@@ -115,6 +115,7 @@ impl Provider for Shm {
     type Device = ShmDevice;
     type Pd = ShmPd;
     type Mr = ShmMr;
+    type Mw = ShmMw;
     type Cq = ShmCq;
     type Qp = ShmQp;
     type UdQp = ShmUdQp;

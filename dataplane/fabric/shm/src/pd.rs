@@ -29,7 +29,7 @@ use crate::msg::{MAX_REGIONS, Msg, RegionDesc};
 use crate::share::{self, Share};
 use crate::util::lock;
 use dp_fabric::error::{FabricError, Result};
-use dp_fabric::traits::{MemoryRegion, ProtectionDomain};
+use dp_fabric::traits::{MemoryRegion, MemoryWindow, ProtectionDomain};
 use dp_fabric::types::Access;
 
 /// Most registrations one protection domain exports at a time (all of them travel with
@@ -367,6 +367,23 @@ impl ProtectionDomain for ShmPd {
             None
         };
         self.finish(a, len, access, share, None)
+    }
+
+    fn alloc_mw(&self) -> Result<ShmMw> {
+        Err(FabricError::InvalidArgument {
+            what: "memory windows",
+            why: "not implemented yet".into(),
+        })
+    }
+}
+
+/// A memory window of the shm provider.
+#[derive(Debug)]
+pub enum ShmMw {}
+
+impl MemoryWindow for ShmMw {
+    fn rkey(&self) -> u32 {
+        match *self {}
     }
 }
 

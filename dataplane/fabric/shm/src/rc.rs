@@ -318,6 +318,7 @@ impl QpCore {
                 imm: None,
                 qp_num: self.qpn,
                 src_qp: 0,
+                invalidated: None,
             };
             if st.cq_tx.enqueue(c).is_err() {
                 return false;
@@ -446,6 +447,8 @@ impl QpCore {
                 );
                 Outcome::Done(WcStatus::Success, len as u32)
             }
+            // Never get here: post_send refuses them.
+            SendOp::BindMw { .. } | SendOp::LocalInv(_) => Outcome::Done(WcStatus::LocQpOpErr, 0),
             // SendInv never gets here: post_send refuses it.
             SendOp::Send | SendOp::SendImm(_) | SendOp::SendInv(_) => {
                 if !self.take_credit(st, peer) {
@@ -640,6 +643,7 @@ impl QpCore {
             imm: m.imm,
             qp_num: self.qpn,
             src_qp: 0,
+            invalidated: None,
         };
         match m.kind {
             inbound_kind::WRITE_IMM => c.opcode = WcOpcode::RecvRdmaWithImm,
@@ -934,7 +938,10 @@ impl QpCore {
                 }
             };
             // No remote invalidation here (shm keys are not fast-registered MRs).
-            if matches!(wr.op, SendOp::SendInv(_)) {
+            if matches!(
+                wr.op,
+                SendOp::SendInv(_) | SendOp::BindMw { .. } | SendOp::LocalInv(_)
+            ) {
                 return Err(err(i, PostErrorKind::Unsupported));
             }
             if matches!(wr.op, SendOp::Send | SendOp::SendImm(_))
