@@ -187,7 +187,7 @@ fn test_inline_payload_longer_than_a_slot_is_a_violation() {
 fn test_inline_payload_for_an_unknown_key_is_a_violation() {
     let (mut p, dir) = pair(22_090);
     let to = p.b.remote(0);
-    let m = inline_write(16, to.rkey.wrapping_add(1 << 12), to.addr);
+    let m = inline_write(16, to.rkey.wrapping_add(1 << 20), to.addr);
     let c = victim_completion(&mut p, &m);
     assert_violation(&p, &c);
     drop(p);

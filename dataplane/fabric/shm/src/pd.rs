@@ -23,7 +23,7 @@ use mempool::memory::Region;
 
 use crate::Shm;
 use crate::core::DevCore;
-use crate::layout::{KeySnap, KeyTable, MAX_KEY_SLOTS, key_table_len, make_key};
+use crate::layout::{KEY_TAG_MASK, KeySnap, KeyTable, MAX_KEY_SLOTS, key_table_len, make_key};
 use crate::link::Link;
 use crate::msg::{MAX_REGIONS, Msg, RegionDesc};
 use crate::share::{self, Share};
@@ -150,8 +150,9 @@ impl PdInner {
                 }
             },
         };
+        // A fresh 20-bit tag (generation and consumer bits) per registration of the slot.
         let g = &mut st.gens[idx as usize];
-        *g = (*g + 1) & 0xF_FFFF;
+        *g = (*g + 1) & KEY_TAG_MASK;
         if *g == 0 {
             *g = 1;
         }
