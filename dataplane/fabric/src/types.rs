@@ -28,8 +28,11 @@ impl Access {
     /// key, which keeps only the region's own rights). A window granting remote write
     /// needs a region with [`LOCAL_WRITE`](Self::LOCAL_WRITE).
     pub const MW_BIND: Self = Self(1 << 3);
-    /// Every right this model knows.
-    pub const ALL: Self = Self(0b1111);
+    /// Every data-access right (local write, remote write, remote read); `MW_BIND` is
+    /// asked for on its own.
+    pub const ALL: Self = Self(0b111);
+    /// Every bit this model knows.
+    const KNOWN: u32 = 0b1111;
 
     /// Raw bits, as stored in shared key tables.
     #[inline]
@@ -40,7 +43,7 @@ impl Access {
     /// Rights from raw bits; unknown bits are dropped.
     #[inline]
     pub const fn from_bits_truncate(bits: u32) -> Self {
-        Self(bits & Self::ALL.0)
+        Self(bits & Self::KNOWN)
     }
 
     /// True if every right in `other` is also in `self`.

@@ -52,6 +52,11 @@ fn inject(p: &Pair<Shm>, n: u64, m: &Inbound) {
 
 /// Posts one receive of the whole buffer on the victim and returns what polling its queue
 /// yields for the injected message.
+/// [`victim_completion`], for the other test modules.
+pub(crate) fn victim_completion_pub(p: &mut Pair<Shm>, m: &Inbound) -> dp_fabric::Completion {
+    victim_completion(p, m)
+}
+
 fn victim_completion(p: &mut Pair<Shm>, m: &Inbound) -> dp_fabric::Completion {
     let sge = [p.b.mr.sge(0, 8192)];
     p.b.qp

@@ -72,6 +72,8 @@ mod inline_tests;
 mod layout;
 mod link;
 mod msg;
+#[cfg(test)]
+mod mw_tests;
 mod pd;
 mod place;
 mod qp;
