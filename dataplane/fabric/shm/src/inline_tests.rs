@@ -186,7 +186,7 @@ fn test_may_have_work_sees_what_poll_would_find() {
     // What the peer may write into our segment to fail the queue pair: a fault.
     // Release: as the peer's store (pairs with the Acquire in recv_pending/drain_recv).
     p.b.qp.core.view.header().fault.store(
-        dp_fabric::WcStatus::RemAccessErr.to_raw(),
+        WcStatus::RemAccessErr.to_raw(),
         core::sync::atomic::Ordering::Release,
     );
     assert!(p.b.cq.may_have_work(), "a fault flagged by the peer");

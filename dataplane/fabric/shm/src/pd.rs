@@ -29,7 +29,10 @@
 //! window's drop and its region's deregistration revoke it. Window entries are written
 //! under the domain's window lock, region entries under its state lock; each entry has one
 //! writer at a time, as the seqlock needs. Key tags start at a value derived from the
-//! domain, so two domains rarely issue the same key.
+//! domain, so two domains rarely issue the same key. Revoking a window's entry takes no
+//! pages back (the region stays exported): an access a peer checked just before the
+//! revocation may land after it, which an honest peer's in-order queue never does with a
+//! key it invalidated or was told is gone (see the README's safety model).
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex, Weak};
