@@ -1008,8 +1008,10 @@ fn mw_write<P: Provider>(
 /// new key works and the old one fails with a remote access error (the queue pair then
 /// goes to the error state, as for any bad key). Accesses outside the bound range, or
 /// beyond the rights it grants, fail too, and the region's own key (no remote right)
-/// grants nothing.
-pub fn check_mw_bind_and_rebind<P: Provider>(env: &Env<P>) -> Check {
+/// grants nothing. With `rebind_valid` the window is bound again while still bound (the
+/// shm provider allows it); without, it is invalidated first (`LOCAL_INV`, unsignalled),
+/// as type-2 windows on verbs hardware require (IBA o10-36.2.2).
+pub fn check_mw_bind_and_rebind<P: Provider>(env: &Env<P>, rebind_valid: bool) -> Check {
     let mut p = connect(env, env.port, caps(), &[], &[])?;
     let (mr, _mw, k1, addr) = mw_setup(&mut p, Access::REMOTE_WRITE | Access::REMOTE_READ)?;
     let off = (addr - mr.addr()) as usize + 100;
@@ -1048,6 +1050,16 @@ pub fn check_mw_bind_and_rebind<P: Provider>(env: &Env<P>) -> Check {
     );
 
     let k2 = inc_rkey(k1);
+    if !rebind_valid {
+        // Type-2 windows on verbs hardware must be invalidated before a rebind.
+        let inv = SendWr {
+            wr_id: 99,
+            op: SendOp::LocalInv(k1),
+            payload: Payload::Sgl(&[]),
+            flags: SendFlags::NONE,
+        };
+        p.b.qp.post_send(&[inv]).map_err(fe("post local inv"))?;
+    }
     bind::<P>(&mut p, 101, k2, &mr, addr, 8192, Access::REMOTE_WRITE)?;
     let c = mw_write(
         &mut p,

@@ -1,6 +1,7 @@
 //! Memory windows on the shm provider beyond the conformance checks: a peer's SEND with
 //! invalidate naming a key that is not the current key of one of the receiver's windows
-//! fails only that connection and touches no key; hostile keys injected straight into the
+//! fails only that connection (another one between the same devices goes on) and touches
+//! no key; hostile keys injected straight into the
 //! receiver's inbound slots do the same; a window dies with its region.
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -47,6 +48,10 @@ fn send_with_invalidate_of_a_non_window_key_fails_only_that_connection() {
     for (i, (what, pick)) in cases.into_iter().enumerate() {
         let (env, dir) = env(23_000 + 10 * i as u16);
         let other = env.b.alloc_pd_with_slots(16).expect("other pd");
+        // Another connection between the same devices, which must not notice.
+        let mut bystander =
+            conformance::connect::<Shm>(&env, env.port + 5, Default::default(), &[], &[])
+                .expect("connect the bystander");
         let (p, mr, mw, k) = conformance::check_mw_bad_remote_inv(&env, |p, k| pick(p, k, &other))
             .unwrap_or_else(|e| panic!("{what}: {e}"));
         // Nothing of the receiver's was revoked: its window and regions still resolve.
@@ -58,7 +63,21 @@ fn send_with_invalidate_of_a_non_window_key_fails_only_that_connection() {
         );
         assert!(kt.lookup(mr.lkey()).is_some(), "{what}");
         assert_eq!(mw.rkey() & !0xFF, k & !0xFF);
+        let sge = [bystander.a.mr.sge(0, 8)];
+        let to = bystander.b.remote(0);
+        bystander
+            .a
+            .qp
+            .post_send(&[SendWr::signaled(9, SendOp::Write(to), &sge)])
+            .expect("post on the bystander");
+        let (ca, _) = conformance::poll_n(&mut bystander, 1, 0).expect("bystander completion");
+        assert!(
+            ca[0].is_ok(),
+            "{what}: the bystander connection failed: {:?}",
+            ca[0]
+        );
         drop(p);
+        drop(bystander);
         let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -36,7 +36,13 @@ mod mw {
     #[test]
     fn bind_and_rebind() {
         let e = env(200).expect("env");
-        conformance::check_mw_bind_and_rebind(&e).expect("check");
+        conformance::check_mw_bind_and_rebind(&e, true).expect("check");
+    }
+
+    #[test]
+    fn invalidate_and_rebind() {
+        let e = env(240).expect("env");
+        conformance::check_mw_bind_and_rebind(&e, false).expect("check");
     }
 
     #[test]
