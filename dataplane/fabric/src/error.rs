@@ -35,6 +35,11 @@ pub enum PostErrorKind {
     BadState(QpState),
     /// The operation is not valid on this queue-pair type (`EINVAL`).
     Unsupported,
+    /// A memory-window bind names a window or memory region this queue pair cannot use
+    /// (another protection domain's, a key that is no window or region, a region without
+    /// [`Access::MW_BIND`](crate::Access::MW_BIND)), a range outside the region, or rights a
+    /// window cannot grant (`EINVAL`).
+    BadBind,
 }
 
 impl PostError {
@@ -65,6 +70,9 @@ impl fmt::Display for PostError {
             }
             PostErrorKind::BadState(s) => format!("queue pair is in state {s:?}"),
             PostErrorKind::Unsupported => "operation not valid on this queue pair".to_string(),
+            PostErrorKind::BadBind => "memory-window bind names a window, memory region, \
+                                       range or rights this queue pair cannot use"
+                .to_string(),
         };
         write!(f, "work request {} not posted: {what}", self.index)
     }

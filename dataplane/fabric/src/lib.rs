@@ -34,10 +34,10 @@ pub mod types;
 pub use error::{FabricError, PostError, PostErrorKind};
 pub use traits::{
     CmChannel, CmEvent, CompletionQueue, ConnId, ConnRequest, CqNotify, Device, ListenId,
-    MAX_PRIVATE_DATA, MemoryRegion, PrepareQp, PrivateData, ProtectionDomain, Provider, QpInit,
-    RcQueuePair, UdQueuePair, UdSendWr, UnreachableReason,
+    MAX_PRIVATE_DATA, MemoryRegion, MemoryWindow, PrepareQp, PrivateData, ProtectionDomain,
+    Provider, QpInit, RcQueuePair, UdQueuePair, UdSendWr, UnreachableReason,
 };
 pub use types::{
     Access, Completion, DeviceAttr, GRH_LEN, Payload, QpCaps, QpState, RecvWr, RemoteAddr,
-    SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus,
+    SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus, inc_rkey,
 };

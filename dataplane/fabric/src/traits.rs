@@ -5,6 +5,7 @@
 //! | `ibv_context`                       | [`Device`]                             |
 //! | `ibv_pd`                            | [`ProtectionDomain`]                   |
 //! | `ibv_mr`                            | [`MemoryRegion`]                       |
+//! | `ibv_mw` (type 2)                   | [`MemoryWindow`]                       |
 //! | `ibv_cq` + `ibv_poll_cq`            | [`CompletionQueue`]                    |
 //! | RC `ibv_qp` + `ibv_post_send/recv`  | [`RcQueuePair`]                        |
 //! | UD `ibv_qp`                         | [`UdQueuePair`]                        |
@@ -41,6 +42,8 @@ pub trait Provider: Sized + 'static {
     type Pd: ProtectionDomain<P = Self>;
     /// A registered memory region.
     type Mr: MemoryRegion;
+    /// A type-2 memory window.
+    type Mw: MemoryWindow;
     /// A completion queue.
     type Cq: CompletionQueue;
     /// A reliable-connected queue pair.
@@ -127,6 +130,28 @@ pub trait ProtectionDomain: Clone + Send + Sync {
         len: usize,
         access: Access,
     ) -> Result<<Self::P as Provider>::Mr>;
+
+    /// Allocates a type-2 memory window (`ibv_alloc_mw(pd, IBV_MW_TYPE_2)`), unbound: its
+    /// key grants nothing until a [`SendOp::BindMw`](crate::SendOp::BindMw) on a queue
+    /// pair of this domain binds it. Only this domain can bind or invalidate it (locally
+    /// with [`SendOp::LocalInv`](crate::SendOp::LocalInv) on one of its queue pairs, or
+    /// remotely by a peer's [`SendOp::SendInv`](crate::SendOp::SendInv) arriving on one).
+    /// Dropping the window invalidates its key.
+    ///
+    /// # Errors
+    /// Fails if the provider has no memory windows, or the domain has no room for one.
+    fn alloc_mw(&self) -> Result<<Self::P as Provider>::Mw>;
+}
+
+/// A type-2 memory window (`ibv_mw`): a key of its own over a range of a memory region
+/// registered with [`Access::MW_BIND`], re-bindable under a new consumer key (the low 8
+/// bits of the key, [`inc_rkey`](crate::types::inc_rkey)) and invalidatable locally or
+/// remotely. Dropping it invalidates its key.
+pub trait MemoryWindow: Send + Sync {
+    /// The key the window was allocated with: its upper 24 bits name the window, and a
+    /// bind's new key must keep them. The window itself does not track later binds: the
+    /// poster knows the key it bound last.
+    fn rkey(&self) -> u32;
 }
 
 /// A registered memory region (`ibv_mr`). Dropping it deregisters it, which revokes its keys.

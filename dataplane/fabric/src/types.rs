@@ -23,8 +23,16 @@ impl Access {
     pub const REMOTE_WRITE: Self = Self(1 << 1);
     /// Peers may RDMA READ from the region.
     pub const REMOTE_READ: Self = Self(1 << 2);
-    /// Every right this model knows.
+    /// Memory windows may be bound to the region (`IBV_ACCESS_MW_BIND`), which lets peers
+    /// reach the windows' ranges through the windows' keys (never through the region's own
+    /// key, which keeps only the region's own rights). A window granting remote write
+    /// needs a region with [`LOCAL_WRITE`](Self::LOCAL_WRITE).
+    pub const MW_BIND: Self = Self(1 << 3);
+    /// Every data-access right (local write, remote write, remote read); `MW_BIND` is
+    /// asked for on its own.
     pub const ALL: Self = Self(0b111);
+    /// Every bit this model knows.
+    const KNOWN: u32 = 0b1111;
 
     /// Raw bits, as stored in shared key tables.
     #[inline]
@@ -35,7 +43,7 @@ impl Access {
     /// Rights from raw bits; unknown bits are dropped.
     #[inline]
     pub const fn from_bits_truncate(bits: u32) -> Self {
-        Self(bits & Self::ALL.0)
+        Self(bits & Self::KNOWN)
     }
 
     /// True if every right in `other` is also in `self`.
@@ -69,6 +77,9 @@ impl fmt::Debug for Access {
         }
         if self.contains(Self::REMOTE_READ) {
             parts.push("REMOTE_READ");
+        }
+        if self.contains(Self::MW_BIND) {
+            parts.push("MW_BIND");
         }
         if parts.is_empty() {
             parts.push("LOCAL_READ");
@@ -115,11 +126,72 @@ pub enum SendOp {
     Read(RemoteAddr),
     /// SEND that also invalidates the peer's key `rkey` (`IBV_WR_SEND_WITH_INV`): one
     /// receive is consumed at the peer, which finds the key invalid once that receive
-    /// completes. For keys the peer registered to be invalidated remotely (a fast-registered
-    /// MR); RTRS servers answer a client's `NEED_INVAL` read with it. Providers without
-    /// remote invalidation refuse it at post time with
+    /// completes, and that receive's completion names the key
+    /// ([`Completion::invalidated`]). The key must be one the peer can have invalidated
+    /// remotely: on verbs a fast-registered MR or a bound type-2 memory window; on shm a
+    /// bound memory window ([`SendOp::BindMw`]). The peer validates the key (a window of
+    /// the protection domain of the queue pair the SEND arrives on, currently bound under
+    /// exactly this key); any other key fails the peer's receive with
+    /// [`WcStatus::RemInvReqErr`] and the connection goes to the error state, leaving
+    /// every other key alone. RTRS servers answer a client's `NEED_INVAL` read with it.
+    /// Providers without remote invalidation refuse it at post time with
     /// [`PostErrorKind::Unsupported`](crate::PostErrorKind::Unsupported).
     SendInv(u32),
+    /// Binds a type-2 memory window (`IBV_WR_BIND_MW`): from when this request executes
+    /// (in order with the queue pair's other sends, signalled or not), `rkey` grants
+    /// `access` on `[addr, addr + len)` of the memory region named by `lkey`, and nothing
+    /// else. No data moves and the peer sees nothing.
+    ///
+    /// * `rkey`: the window's new key. Its upper 24 bits must be the window's
+    ///   ([`MemoryWindow::rkey`](crate::MemoryWindow::rkey)); the low 8 bits (the consumer
+    ///   key) are the poster's choice, normally [`inc_rkey`] of the previous key. The
+    ///   window must belong to the queue pair's protection domain.
+    /// * `lkey`: a memory region of the same protection domain registered with
+    ///   [`Access::MW_BIND`]; the range must lie inside it.
+    /// * `access`: remote rights only ([`Access::REMOTE_READ`], [`Access::REMOTE_WRITE`]);
+    ///   remote write needs a region with [`Access::LOCAL_WRITE`].
+    ///
+    /// Binding a bound window again makes its previous key invalid at once (the shm
+    /// provider allows it; verbs hardware requires a type-2 window to be invalidated
+    /// first, IBA o10-36.2.2, so portable code posts [`SendOp::LocalInv`] before
+    /// rebinding). Invalidation (local or remote) makes the key invalid; deallocating the
+    /// window or deregistering the region does too. A key that is no longer valid fails a
+    /// peer's access with a remote access error, as any bad key does. Requests that break
+    /// these rules are refused at post time
+    /// ([`PostErrorKind::BadBind`](crate::PostErrorKind::BadBind)) where the provider can
+    /// tell; a bind whose window or region went away before it executed completes with
+    /// [`WcStatus::MwBindErr`]. The payload must be empty. Providers without memory
+    /// windows refuse it with [`PostErrorKind::Unsupported`](crate::PostErrorKind::Unsupported).
+    BindMw {
+        /// The window's new key: its upper 24 bits, the consumer key in the low 8.
+        rkey: u32,
+        /// Local key of the memory region the window is bound to.
+        lkey: u32,
+        /// Remote rights the window grants.
+        access: Access,
+        /// First byte of the range, in the region's (local virtual) addresses.
+        addr: u64,
+        /// Length of the range in bytes.
+        len: u64,
+    },
+    /// Invalidates the local key `rkey` (`IBV_WR_LOCAL_INV`): once this request executes
+    /// (in order with the queue pair's other sends, signalled or not), peers' accesses
+    /// through it fail. `rkey` must be the current key of a bound memory window of the
+    /// queue pair's protection domain (on verbs also a fast-registered MR); otherwise the
+    /// request completes with [`WcStatus::LocQpOpErr`] and the queue pair goes to the
+    /// error state. The payload must be empty. Providers without it refuse it with
+    /// [`PostErrorKind::Unsupported`](crate::PostErrorKind::Unsupported).
+    LocalInv(u32),
+}
+
+// A SendOp is copied into every pending request: keep it within four words.
+const _: () = assert!(size_of::<SendOp>() <= 32);
+
+/// The next key of a memory window (`ibv_inc_rkey`): the same upper 24 bits (which name
+/// the window), the low 8 bits (the consumer key) plus one, wrapping.
+#[inline]
+pub const fn inc_rkey(rkey: u32) -> u32 {
+    (rkey & !0xFF) | (rkey.wrapping_add(1) & 0xFF)
 }
 
 impl SendOp {
@@ -129,6 +201,8 @@ impl SendOp {
             Self::Send | Self::SendImm(_) | Self::SendInv(_) => WcOpcode::Send,
             Self::Write(_) | Self::WriteImm(..) => WcOpcode::RdmaWrite,
             Self::Read(_) => WcOpcode::RdmaRead,
+            Self::BindMw { .. } => WcOpcode::BindMw,
+            Self::LocalInv(_) => WcOpcode::LocalInv,
         }
     }
 
@@ -282,6 +356,9 @@ pub enum WcStatus {
     LocProtErr,
     /// The queue pair was in the error state; the request was flushed without executing.
     WrFlushErr,
+    /// A memory-window bind could not be done: its window or memory region went away
+    /// before it executed, or they broke the binding rules.
+    MwBindErr,
     /// The peer rejected the request as invalid (e.g. a SEND larger than the peer allows).
     RemInvReqErr,
     /// The peer's memory key, range or rights did not allow the access.
@@ -307,6 +384,7 @@ impl WcStatus {
             Self::LocQpOpErr => 2,
             Self::LocProtErr => 4,
             Self::WrFlushErr => 5,
+            Self::MwBindErr => 6,
             Self::RemInvReqErr => 9,
             Self::RemAccessErr => 10,
             Self::RemOpErr => 11,
@@ -325,6 +403,7 @@ impl WcStatus {
             2 => Self::LocQpOpErr,
             4 => Self::LocProtErr,
             5 => Self::WrFlushErr,
+            6 => Self::MwBindErr,
             9 => Self::RemInvReqErr,
             10 => Self::RemAccessErr,
             11 => Self::RemOpErr,
@@ -349,6 +428,7 @@ impl WcStatus {
             Self::LocQpOpErr => "local QP operation error",
             Self::LocProtErr => "local protection error",
             Self::WrFlushErr => "Work Request Flushed Error",
+            Self::MwBindErr => "memory bind operation error",
             Self::RemInvReqErr => "remote invalid request error",
             Self::RemAccessErr => "remote access error",
             Self::RemOpErr => "remote operation error",
@@ -380,6 +460,10 @@ pub enum WcOpcode {
     Recv,
     /// A receive caught an incoming RDMA WRITE with immediate.
     RecvRdmaWithImm,
+    /// A memory-window bind ([`SendOp::BindMw`]) finished.
+    BindMw,
+    /// A local invalidation ([`SendOp::LocalInv`]) finished.
+    LocalInv,
 }
 
 /// One work completion (`struct ibv_wc`), written into the caller's slice by
@@ -403,6 +487,10 @@ pub struct Completion {
     pub qp_num: u32,
     /// Sender's queue pair number (UD receives).
     pub src_qp: u32,
+    /// The local key a received SEND with invalidate ([`SendOp::SendInv`]) invalidated
+    /// (`IBV_WC_WITH_INV` and `invalidated_rkey`): the key is invalid once this completion
+    /// is polled. `None` on every other completion.
+    pub invalidated: Option<u32>,
 }
 
 impl Completion {

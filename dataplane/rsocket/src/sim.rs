@@ -207,6 +207,7 @@ impl SimSide {
             imm: Some(imm),
             qp_num: 2,
             src_qp: 0,
+            invalidated: None,
         });
     }
 
@@ -517,6 +518,7 @@ impl SimPair {
                     imm: None,
                     qp_num: 1,
                     src_qp: 0,
+                    invalidated: None,
                 });
             };
             if from.error {
@@ -560,6 +562,7 @@ impl SimPair {
                     imm: Some(imm),
                     qp_num: 2,
                     src_qp: 0,
+                    invalidated: None,
                 });
             }
             complete(from, &w, WcStatus::Success);
@@ -728,6 +731,7 @@ impl SimPair {
                 imm,
                 qp_num: 2,
                 src_qp: 0,
+                invalidated: None,
             });
         }
         PeerWrite::Placed
@@ -756,6 +760,7 @@ impl SimPair {
             imm,
             qp_num: 2,
             src_qp: 0,
+            invalidated: None,
         });
         true
     }

@@ -491,6 +491,7 @@ fn test_peer_exceeding_credits_is_a_protocol_error() {
             imm: Some(RsMsg::with(RsOp::Data, 1).0),
             qp_num: 2,
             src_qp: 0,
+            invalidated: None,
         };
         p.b.with(|conn, io| conn.handle_completion(&c, io));
     }
@@ -507,6 +508,7 @@ fn test_peer_exceeding_credits_is_a_protocol_error() {
         imm: None,
         qp_num: 2,
         src_qp: 0,
+        invalidated: None,
     };
     q.a.with(|conn, io| conn.handle_completion(&c, io));
     assert_eq!(q.a.conn.stats().protocol_errors, 1);

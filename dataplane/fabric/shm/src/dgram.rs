@@ -162,6 +162,7 @@ impl UdCore {
             imm: m.imm,
             qp_num: self.qpn,
             src_qp: m.src_qpn,
+            invalidated: None,
         };
         if u64::from(GRH_LEN + m.len) > u64::from(w.total) {
             c.status = WcStatus::LocLenErr;

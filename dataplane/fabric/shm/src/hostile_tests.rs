@@ -52,6 +52,11 @@ fn inject(p: &Pair<Shm>, n: u64, m: &Inbound) {
 
 /// Posts one receive of the whole buffer on the victim and returns what polling its queue
 /// yields for the injected message.
+/// [`victim_completion`], for the other test modules.
+pub(crate) fn victim_completion_pub(p: &mut Pair<Shm>, m: &Inbound) -> dp_fabric::Completion {
+    victim_completion(p, m)
+}
+
 fn victim_completion(p: &mut Pair<Shm>, m: &Inbound) -> dp_fabric::Completion {
     let sge = [p.b.mr.sge(0, 8192)];
     p.b.qp
@@ -187,7 +192,7 @@ fn test_inline_payload_longer_than_a_slot_is_a_violation() {
 fn test_inline_payload_for_an_unknown_key_is_a_violation() {
     let (mut p, dir) = pair(22_090);
     let to = p.b.remote(0);
-    let m = inline_write(16, to.rkey.wrapping_add(1 << 12), to.addr);
+    let m = inline_write(16, to.rkey.wrapping_add(1 << 20), to.addr);
     let c = victim_completion(&mut p, &m);
     assert_violation(&p, &c);
     drop(p);

@@ -7,7 +7,7 @@
 
 use dp_fabric::{
     Completion, CompletionQueue, MemoryRegion, Payload, RcQueuePair, RecvWr, SendFlags, SendOp,
-    SendWr, WcOpcode,
+    SendWr, WcOpcode, WcStatus,
 };
 
 use crate::hostile_tests::pair;
@@ -112,36 +112,29 @@ fn test_small_write_imm_is_placed_when_polled() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// shm has no remote invalidation: a SEND_WITH_INV is refused at post time, saying so, and
-/// nothing of it reaches the peer (the next SEND consumes the first receive).
+/// A SEND_WITH_INV of a key that names no window of the receiver's (shm has remote
+/// invalidation of memory windows, module `mw_tests`) reaches the peer as a SEND and fails
+/// the receive it consumes with a remote invalid request error.
 #[test]
-fn test_send_with_invalidate_is_refused() {
+fn test_send_with_invalidate_of_an_unknown_key_fails_the_receive() {
     let (mut p, dir) = pair(22_207);
     p.b.qp
         .post_recv(&[RecvWr { wr_id: 7, sgl: &[] }])
         .expect("post_recv");
-    let refused = p.a.qp.post_send(&[SendWr {
-        wr_id: 1,
-        op: SendOp::SendInv(0x1234),
-        payload: Payload::Sgl(&[]),
-        flags: SendFlags::SIGNALED,
-    }]);
-    let e = refused.expect_err("shm must refuse SEND_WITH_INV");
-    assert_eq!(
-        (e.index, e.kind),
-        (0, dp_fabric::PostErrorKind::Unsupported)
-    );
     p.a.qp
         .post_send(&[SendWr {
-            wr_id: 2,
-            op: SendOp::Send,
-            payload: Payload::Inline(&[]),
+            wr_id: 1,
+            op: SendOp::SendInv(0x1234),
+            payload: Payload::Sgl(&[]),
             flags: SendFlags::SIGNALED,
         }])
-        .expect("a plain SEND after the refusal");
+        .expect("post SEND_WITH_INV");
     let c = recv_one(&mut p);
-    assert!(c.is_ok(), "{c:?}");
-    assert_eq!((c.wr_id, c.opcode), (7, WcOpcode::Recv));
+    assert_eq!(
+        (c.wr_id, c.status, c.invalidated),
+        (7, WcStatus::RemInvReqErr, None),
+        "{c:?}"
+    );
     drop(p);
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -193,7 +186,7 @@ fn test_may_have_work_sees_what_poll_would_find() {
     // What the peer may write into our segment to fail the queue pair: a fault.
     // Release: as the peer's store (pairs with the Acquire in recv_pending/drain_recv).
     p.b.qp.core.view.header().fault.store(
-        dp_fabric::WcStatus::RemAccessErr.to_raw(),
+        WcStatus::RemAccessErr.to_raw(),
         core::sync::atomic::Ordering::Release,
     );
     assert!(p.b.cq.may_have_work(), "a fault flagged by the peer");

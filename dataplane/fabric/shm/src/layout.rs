@@ -7,8 +7,12 @@
 //!
 //! * **Key table** (one per protection domain; the owner writes, peers read): one
 //!   [`KeyEntry`] per memory region, updated under a seqlock so a reader sees either the old
-//!   or the new registration, never a mix. A key is `generation << 12 | index`; deregistering
-//!   bumps the generation, which revokes every copy of the old key at once.
+//!   or the new registration, never a mix. A key is `generation << 20 | index << 8 |
+//!   consumer` (12, 12 and 8 bits): the low 8 bits are the consumer key a memory-window
+//!   bind chooses (`ibv_inc_rkey` rotates them), and a lookup compares the whole key with
+//!   the entry's, so a new generation or a new consumer key revokes every copy of the old
+//!   key at once. A memory region's key takes a fresh 20-bit tag (generation and consumer
+//!   bits together) at every registration.
 //! * **Doorbell** (one per completion queue; peers set bits, the owner clears them): a
 //!   two-level bitmap of the queue pairs that have new inbound work.
 //! * **Queue-pair segment** (one per RC queue pair; the owner and its one peer write
@@ -25,7 +29,7 @@ use crossbeam_utils::CachePadded;
 /// Magic at the start of every segment: `"DPSHMSEG"`.
 pub(crate) const SEG_MAGIC: u64 = u64::from_le_bytes(*b"DPSHMSEG");
 /// Layout version; bump on any incompatible change.
-pub(crate) const SEG_VERSION: u32 = 2;
+pub(crate) const SEG_VERSION: u32 = 3;
 
 /// What a segment holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,16 +103,23 @@ pub(crate) const MAX_KEY_SLOTS: usize = 1 << KEY_INDEX_BITS;
 /// Slots of a protection domain's key table unless asked otherwise: 16 KiB of table, small
 /// enough for a domain per connection.
 pub(crate) const DEFAULT_KEY_SLOTS: usize = 256;
-/// Bits of a key that index the table.
+/// Bits of a key that index the table (bits 8..20).
 pub(crate) const KEY_INDEX_BITS: u32 = 12;
+/// Low bits of a key that are the consumer key (`ibv_inc_rkey` changes only these).
+pub(crate) const KEY_CONSUMER_BITS: u32 = 8;
 const KEY_INDEX_MASK: u32 = (1 << KEY_INDEX_BITS) - 1;
+/// The tag of a key: everything but its index (generation in bits 8..20, consumer key in
+/// bits 0..8), 20 bits.
+pub(crate) const KEY_TAG_MASK: u32 = (1 << (32 - KEY_INDEX_BITS)) - 1;
+const KEY_CONSUMER_MASK: u32 = (1 << KEY_CONSUMER_BITS) - 1;
 
 /// One registration. Written only by the owning process under its protection-domain lock.
 #[repr(C, align(64))]
 pub(crate) struct KeyEntry {
     /// Seqlock: odd while the owner rewrites the entry.
     seq: AtomicU64,
-    /// The key (`generation << 12 | index`), 0 when the slot is free.
+    /// The key (`generation << 20 | index << 8 | consumer`), 0 when the slot is free or
+    /// its window unbound.
     key: AtomicU32,
     /// [`Access`](dp_fabric::Access) bits.
     access: AtomicU32,
@@ -177,16 +188,24 @@ unsafe impl Send for KeyTable {}
 // SAFETY: as above.
 unsafe impl Sync for KeyTable {}
 
-/// Splits a key into (index, generation).
+/// Splits a key into (index, tag): the tag is the generation (high 12 bits of the key)
+/// over the consumer key (low 8 bits), `generation << 8 | consumer`.
 #[inline]
 pub(crate) const fn key_parts(key: u32) -> (usize, u32) {
-    ((key & KEY_INDEX_MASK) as usize, key >> KEY_INDEX_BITS)
+    let index = (key >> KEY_CONSUMER_BITS) & KEY_INDEX_MASK;
+    let tag = (key >> (KEY_CONSUMER_BITS + KEY_INDEX_BITS)) << KEY_CONSUMER_BITS
+        | (key & KEY_CONSUMER_MASK);
+    (index as usize, tag)
 }
 
-/// Builds a key; generation 0 is never used so no valid key is 0.
+/// Builds a key from an index and a 20-bit tag (`generation << 8 | consumer`, see
+/// [`key_parts`]); tag 0 is never used, so no valid key is 0.
 #[inline]
-pub(crate) const fn make_key(index: usize, generation: u32) -> u32 {
-    (generation << KEY_INDEX_BITS) | index as u32
+pub(crate) const fn make_key(index: usize, tag: u32) -> u32 {
+    let tag = tag & KEY_TAG_MASK;
+    (tag >> KEY_CONSUMER_BITS) << (KEY_CONSUMER_BITS + KEY_INDEX_BITS)
+        | ((index as u32 & KEY_INDEX_MASK) << KEY_CONSUMER_BITS)
+        | (tag & KEY_CONSUMER_MASK)
 }
 
 impl KeyTable {
@@ -254,8 +273,8 @@ impl KeyTable {
     /// which is what it is.
     #[inline]
     pub(crate) fn lookup(&self, key: u32) -> Option<KeySnap> {
-        let (idx, generation) = key_parts(key);
-        if generation == 0 {
+        let (idx, tag) = key_parts(key);
+        if tag == 0 {
             return None;
         }
         let e = self.entry(idx)?;
@@ -285,8 +304,9 @@ impl KeyTable {
         None
     }
 
-    /// Writes a registration into slot `idx`. Only the owner calls this, serialised by its
-    /// protection-domain lock.
+    /// Writes a registration into slot `idx`. Only the owner calls this, one writer per
+    /// entry at a time: its protection domain's state lock serialises memory-region
+    /// entries, its window lock window entries (module `pd`).
     pub(crate) fn publish(&self, idx: usize, snap: &KeySnap) {
         let Some(e) = self.entry(idx) else {
             debug_assert!(false, "publishing key slot {idx} of {}", self.slots);
@@ -702,5 +722,65 @@ impl UdSegView {
                 Ordering::Relaxed,
             )
             .is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The consumer key is the low 8 bits: `ibv_inc_rkey` keeps the index and generation,
+    /// and the tag (generation over consumer) round-trips through a key.
+    #[test]
+    fn key_layout_puts_the_consumer_key_low() {
+        let k = make_key(0xABC, 0x12345);
+        assert_eq!(k, 0x123 << 20 | 0xABC << 8 | 0x45);
+        assert_eq!(key_parts(k), (0xABC, 0x12345));
+        let next = dp_fabric::inc_rkey(k);
+        assert_eq!(key_parts(next), (0xABC, 0x12346));
+        assert_eq!(
+            key_parts(dp_fabric::inc_rkey(make_key(7, 0x3FF))),
+            (7, 0x300)
+        );
+        assert_eq!(make_key(0, 1), 1);
+        for idx in [0, 1, MAX_KEY_SLOTS - 1] {
+            for tag in [1, 0xFF, 0x100, KEY_TAG_MASK] {
+                assert_eq!(key_parts(make_key(idx, tag)), (idx, tag));
+                assert_ne!(make_key(idx, tag), 0);
+            }
+        }
+    }
+
+    /// A lookup compares the whole key: another consumer key or generation for the same
+    /// slot finds nothing.
+    #[test]
+    fn lookup_checks_the_whole_key() {
+        #[repr(C, align(64))]
+        struct Line([u8; 64]);
+        let slots = 4;
+        let mut mem: Vec<Line> = (0..key_table_len(slots) / 64)
+            .map(|_| Line([0; 64]))
+            .collect();
+        // SAFETY: zeroed, 64-aligned, key_table_len(slots) bytes, alive for the test.
+        let kt = unsafe { KeyTable::init(mem.as_mut_ptr().cast(), slots, 1) };
+        let key = make_key(2, 0x201);
+        kt.publish(
+            2,
+            &KeySnap {
+                key,
+                access: 0,
+                region_slot: u32::MAX,
+                base: 0x1000,
+                len: 0x1000,
+                region_off: 0,
+            },
+        );
+        assert_eq!(kt.lookup(key).map(|s| s.key), Some(key));
+        assert!(kt.lookup(dp_fabric::inc_rkey(key)).is_none());
+        assert!(kt.lookup(key.wrapping_add(1 << 20)).is_none());
+        assert!(kt.lookup(make_key(1, 0x201)).is_none());
+        assert!(kt.lookup(0).is_none());
+        kt.revoke(2);
+        assert!(kt.lookup(key).is_none());
     }
 }

@@ -72,6 +72,8 @@ mod inline_tests;
 mod layout;
 mod link;
 mod msg;
+#[cfg(test)]
+mod mw_tests;
 mod pd;
 mod place;
 mod qp;
@@ -95,7 +97,7 @@ pub use cm::ShmCm;
 pub use conn::ShmConnRequest;
 pub use cq::ShmCq;
 pub use device::{ShmDevice, default_rendezvous_dir};
-pub use pd::{ShmMr, ShmPd};
+pub use pd::{ShmMr, ShmMw, ShmPd};
 pub use qp::ShmQp;
 pub use ud::{ShmUdDest, ShmUdQp};
 
@@ -115,6 +117,7 @@ impl Provider for Shm {
     type Device = ShmDevice;
     type Pd = ShmPd;
     type Mr = ShmMr;
+    type Mw = ShmMw;
     type Cq = ShmCq;
     type Qp = ShmQp;
     type UdQp = ShmUdQp;

@@ -14,6 +14,25 @@
 //! remote right are never sent anywhere. When an exported registration ends, its key is
 //! revoked, its peers are told to unmap it (`MrDel`), and its pages get their original
 //! memory back, so a peer that kept the mapping writes into pages nobody reads.
+//!
+//! **Memory windows** (type 2). A registration with [`Access::MW_BIND`] is exported like
+//! one with a remote right (writable by peers if it has local write, so that a window can
+//! grant remote write), but its own key keeps only its own rights: a peer reaches its
+//! pages only through the key of a window bound to it. A window is a key-table entry of
+//! its own, allocated unbound (key 0 in the table: its key names nothing). A bind, run by
+//! one of the domain's queue pairs in order with its sends, writes the entry: the window's
+//! key with the consumer key the poster chose, the window's remote rights, and the bound
+//! range with the region's export slot and offset, so a peer's access is checked against
+//! it exactly as against a region's entry. A rebind rewrites it (the old key stops
+//! matching); a local invalidation, a peer's SEND with invalidate (checked by the queue
+//! pair it arrives on: the key must be the current key of a window of this domain), the
+//! window's drop and its region's deregistration revoke it. Window entries are written
+//! under the domain's window lock, region entries under its state lock; each entry has one
+//! writer at a time, as the seqlock needs. Key tags start at a value derived from the
+//! domain, so two domains rarely issue the same key. Revoking a window's entry takes no
+//! pages back (the region stays exported): an access a peer checked just before the
+//! revocation may land after it, which an honest peer's in-order queue never does with a
+//! key it invalidated or was told is gone (see the README's safety model).
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex, Weak};
@@ -23,13 +42,16 @@ use mempool::memory::Region;
 
 use crate::Shm;
 use crate::core::DevCore;
-use crate::layout::{KeySnap, KeyTable, MAX_KEY_SLOTS, key_table_len, make_key};
+use crate::layout::{
+    KEY_TAG_MASK, KeySnap, KeyTable, MAX_KEY_SLOTS, key_parts, key_table_len, make_key,
+};
 use crate::link::Link;
 use crate::msg::{MAX_REGIONS, Msg, RegionDesc};
 use crate::share::{self, Share};
 use crate::util::lock;
 use dp_fabric::error::{FabricError, Result};
-use dp_fabric::traits::{MemoryRegion, ProtectionDomain};
+use dp_fabric::sync::SpinLock;
+use dp_fabric::traits::{MemoryRegion, MemoryWindow, ProtectionDomain};
 use dp_fabric::types::Access;
 
 /// Most registrations one protection domain exports at a time (all of them travel with
@@ -40,6 +62,38 @@ pub(crate) const MAX_EXPORTS: usize = MAX_REGIONS;
 struct Export {
     share: Arc<Share>,
     desc: RegionDesc,
+}
+
+/// What the owner knows of a key-table slot that holds a memory window.
+#[derive(Clone, Copy, Debug)]
+struct WinSlot {
+    /// The window's key with consumer key 0 (its upper 24 bits); 0: the slot is no window.
+    base: u32,
+    /// The key it is bound under, 0 while unbound.
+    bound: u32,
+    /// Key-table slot of the region it is bound to (`u32::MAX` while unbound).
+    mr_idx: u32,
+}
+
+impl WinSlot {
+    const NONE: Self = Self {
+        base: 0,
+        bound: 0,
+        mr_idx: u32::MAX,
+    };
+}
+
+/// Remote rights a window may grant.
+const WINDOW_RIGHTS: u32 = Access::REMOTE_READ.bits() | Access::REMOTE_WRITE.bits();
+
+/// A memory-window bind, as the poster asked for it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Bind {
+    pub rkey: u32,
+    pub lkey: u32,
+    pub access: Access,
+    pub addr: u64,
+    pub len: u64,
 }
 
 struct PdState {
@@ -58,6 +112,10 @@ pub(crate) struct PdInner {
     pub kt_seg: Arc<Region>,
     kt: KeyTable,
     state: Mutex<PdState>,
+    /// Memory windows by key-table slot; window entries of the key table are written under
+    /// it. Taken on the data path (binds, invalidations); never held together with
+    /// `state`'s lock.
+    wins: SpinLock<Box<[WinSlot]>>,
 }
 
 impl PdInner {
@@ -99,6 +157,132 @@ impl PdInner {
             return None;
         }
         Some(addr as *mut u8)
+    }
+
+    /// The entry a bind would write, if the bind is valid now: the window names a window of
+    /// this domain (the key's upper 24 bits are its), the region a live registration of
+    /// this domain with `MW_BIND` (not a window), the range lies inside it, and the rights
+    /// are remote ones the region allows. Returns (window slot, region slot, entry).
+    fn check_bind(&self, wins: &[WinSlot], b: &Bind) -> Option<(usize, u32, KeySnap)> {
+        let (widx, _) = key_parts(b.rkey);
+        let w = wins.get(widx)?;
+        if w.base == 0 || b.rkey & !0xFF != w.base {
+            return None;
+        }
+        let rights = b.access.bits();
+        if rights & !WINDOW_RIGHTS != 0 {
+            return None;
+        }
+        let (midx, _) = key_parts(b.lkey);
+        if wins.get(midx).is_none_or(|m| m.base != 0) {
+            return None;
+        }
+        let mr = self.kt().lookup(b.lkey)?;
+        if mr.access & Access::MW_BIND.bits() == 0
+            || mr.region_slot == u32::MAX
+            || (rights & Access::REMOTE_WRITE.bits() != 0
+                && mr.access & Access::LOCAL_WRITE.bits() == 0)
+            || !mr.covers(b.addr, b.len)
+        {
+            return None;
+        }
+        let region_off = mr.region_off.checked_add(b.addr - mr.base)?;
+        Some((
+            widx,
+            midx as u32,
+            KeySnap {
+                key: b.rkey,
+                access: rights,
+                region_slot: mr.region_slot,
+                base: b.addr,
+                len: b.len,
+                region_off,
+            },
+        ))
+    }
+
+    /// True if `b` would bind now (the post-time check).
+    pub(crate) fn bind_is_valid(&self, b: &Bind) -> bool {
+        let wins = self.wins.lock();
+        self.check_bind(&wins, b).is_some()
+    }
+
+    /// Binds a window (`IBV_WR_BIND_MW`): from now on `b.rkey` grants `b.access` on the
+    /// range, and the window's previous key nothing. False if the bind is not valid (any
+    /// more): the window's entry is then left as it was.
+    pub(crate) fn bind(&self, b: &Bind) -> bool {
+        let mut wins = self.wins.lock();
+        let Some((widx, midx, snap)) = self.check_bind(&wins, b) else {
+            return false;
+        };
+        self.kt().publish(widx, &snap);
+        wins[widx].bound = b.rkey;
+        wins[widx].mr_idx = midx;
+        true
+    }
+
+    /// Invalidates `key` (`IBV_WR_LOCAL_INV`, or a peer's SEND with invalidate): true if it
+    /// is the current key of a bound window of this domain, which is then revoked (every
+    /// later lookup of it fails); false, touching nothing, for any other key.
+    pub(crate) fn invalidate(&self, key: u32) -> bool {
+        let mut wins = self.wins.lock();
+        let (idx, _) = key_parts(key);
+        let Some(w) = wins.get_mut(idx) else {
+            return false;
+        };
+        if w.base == 0 || w.bound == 0 || w.bound != key {
+            return false;
+        }
+        self.kt().revoke(idx);
+        w.bound = 0;
+        w.mr_idx = u32::MAX;
+        true
+    }
+
+    /// Allocates an unbound window's slot; returns (slot, key with consumer key 0).
+    fn alloc_mw(&self) -> Result<(u32, u32)> {
+        let mut st = lock(&self.state);
+        let idx = st.free.pop().ok_or(FabricError::Exhausted {
+            what: "key slots (memory regions and windows) in this protection domain",
+            limit: self.kt.slots() as u64,
+            hint: "make the protection domain with ShmDevice::alloc_pd_with_slots",
+        })?;
+        // A new generation, consumer key 0: no earlier key of the slot matches any of the
+        // window's keys.
+        let g = &mut st.gens[idx as usize];
+        let mut generation = ((*g >> 8) + 1) & (KEY_TAG_MASK >> 8);
+        if generation == 0 {
+            generation = 1;
+        }
+        *g = generation << 8;
+        let key = make_key(idx as usize, *g);
+        drop(st);
+        // The entry is revoked (key 0) since the slot was freed: the key names nothing
+        // until a bind.
+        self.wins.lock()[idx as usize] = WinSlot {
+            base: key,
+            bound: 0,
+            mr_idx: u32::MAX,
+        };
+        Ok((idx, key))
+    }
+
+    /// Frees a window's slot, revoking its key.
+    fn dealloc_mw(&self, idx: u32) {
+        {
+            let mut wins = self.wins.lock();
+            if let Some(w) = wins.get_mut(idx as usize) {
+                self.kt().revoke(idx as usize);
+                *w = WinSlot::NONE;
+            }
+        }
+        let mut st = lock(&self.state);
+        // The next tag of the slot starts a new generation: no key of the window's comes
+        // back for the slot's next registration.
+        if let Some(g) = st.gens.get_mut(idx as usize) {
+            *g |= 0xFF;
+        }
+        st.free.push(idx);
     }
 
     /// Adds the link of a new connection of this domain, and returns the exports to
@@ -150,8 +334,9 @@ impl PdInner {
                 }
             },
         };
+        // A fresh 20-bit tag (generation and consumer bits) per registration of the slot.
         let g = &mut st.gens[idx as usize];
-        *g = (*g + 1) & 0xF_FFFF;
+        *g = (*g + 1) & KEY_TAG_MASK;
         if *g == 0 {
             *g = 1;
         }
@@ -214,8 +399,22 @@ impl PdInner {
 
     /// Revokes key `idx` and withdraws its export. Peers are told to unmap it; none is
     /// waited for: the pages stop being the exported memfd when the caller drops its share.
-    fn deregister(&self, idx: u32, export: Option<u32>) {
+    /// With `windows` (the region had `MW_BIND`), the windows bound to it are revoked too,
+    /// before its export slot can be reused.
+    fn deregister(&self, idx: u32, export: Option<u32>, windows: bool) {
         self.kt().revoke(idx as usize);
+        if windows {
+            // A bind that found the region's key valid finished under this lock before we
+            // get it, and is revoked here; a later one finds the key revoked.
+            let mut wins = self.wins.lock();
+            for (i, w) in wins.iter_mut().enumerate() {
+                if w.base != 0 && w.mr_idx == idx {
+                    self.kt().revoke(i);
+                    w.bound = 0;
+                    w.mr_idx = u32::MAX;
+                }
+            }
+        }
         let mut st = lock(&self.state);
         st.free.push(idx);
         if let Some(slot) = export
@@ -262,6 +461,13 @@ impl ShmPd {
             source: std::io::Error::other(e),
         })?;
         let free = (0..slots as u32).rev().collect();
+        // Key tags start at a value of this domain's (its device context and id), so keys
+        // of different domains differ, which makes a key sent to the wrong domain fail
+        // rather than name an object there by coincidence.
+        let seed = ((u64::from(dev.ctx_id) << 32 | id).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 44)
+            as u32
+            & KEY_TAG_MASK
+            & !0xFF;
         Ok(Self {
             inner: Arc::new(PdInner {
                 _dev: dev.clone(),
@@ -269,12 +475,13 @@ impl ShmPd {
                 kt_seg,
                 kt,
                 state: Mutex::new(PdState {
-                    gens: vec![0; slots],
+                    gens: vec![seed; slots],
                     free,
                     exports: Vec::new(),
                     links: Vec::new(),
                     mr_seq: 0,
                 }),
+                wins: SpinLock::new(vec![WinSlot::NONE; slots].into_boxed_slice()),
             }),
         })
     }
@@ -314,9 +521,16 @@ fn share_failed(addr: u64, len: usize, access: Access, why: String) -> FabricErr
     }
 }
 
-/// Whether peers must be able to write the pages of a registration with `access`.
+/// Whether peers must be able to write the pages of a registration with `access`: with a
+/// remote write right, or with local write and `MW_BIND` (a window may grant remote write).
 fn peer_writes(access: Access) -> bool {
-    access.contains(Access::REMOTE_WRITE)
+    access.contains(Access::REMOTE_WRITE) || access.contains(Access::MW_BIND | Access::LOCAL_WRITE)
+}
+
+/// Whether a registration's pages are exported to the domain's peers: with a remote right,
+/// or with `MW_BIND` (windows bound to it are reached through its export).
+fn exported(access: Access) -> bool {
+    access.is_remote() || access.contains(Access::MW_BIND)
 }
 
 impl ProtectionDomain for ShmPd {
@@ -342,7 +556,7 @@ impl ProtectionDomain for ShmPd {
                 ),
             });
         }
-        let share = if access.is_remote() {
+        let share = if exported(access) {
             Some(
                 share::share_region(region, offset, len, peer_writes(access))
                     .map_err(|why| share_failed(addr, len, access, why))?,
@@ -356,7 +570,7 @@ impl ProtectionDomain for ShmPd {
     unsafe fn reg_raw(&self, addr: *mut u8, len: usize, access: Access) -> Result<ShmMr> {
         let a = addr as u64;
         check_access(a, len, access)?;
-        let share = if access.is_remote() {
+        let share = if exported(access) {
             // The caller's contract (mapped, readable, writable while registered) is what
             // sharing the pages in place needs.
             Some(
@@ -367,6 +581,43 @@ impl ProtectionDomain for ShmPd {
             None
         };
         self.finish(a, len, access, share, None)
+    }
+
+    fn alloc_mw(&self) -> Result<ShmMw> {
+        let (idx, key) = self.inner.alloc_mw()?;
+        Ok(ShmMw {
+            pd: self.inner.clone(),
+            idx,
+            key,
+        })
+    }
+}
+
+/// A type-2 memory window of the shm provider: a key-table slot of its protection domain.
+/// Dropping it revokes its key and frees the slot.
+pub struct ShmMw {
+    pd: Arc<PdInner>,
+    idx: u32,
+    key: u32,
+}
+
+impl core::fmt::Debug for ShmMw {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ShmMw")
+            .field("key", &format_args!("{:#x}", self.key))
+            .finish()
+    }
+}
+
+impl Drop for ShmMw {
+    fn drop(&mut self) {
+        self.pd.dealloc_mw(self.idx);
+    }
+}
+
+impl MemoryWindow for ShmMw {
+    fn rkey(&self) -> u32 {
+        self.key
     }
 }
 
@@ -431,7 +682,8 @@ impl Drop for ShmMr {
             // unmapped with it, there is nothing to give back.
             s.skip_restore();
         }
-        self.pd.deregister(self.idx, self.export);
+        self.pd
+            .deregister(self.idx, self.export, self.access.contains(Access::MW_BIND));
         // Dropping the last reference to the share gives the pages their memory back.
         self.share = None;
     }

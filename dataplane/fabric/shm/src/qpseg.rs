@@ -35,6 +35,9 @@ pub(crate) mod inbound_kind {
     /// RDMA WRITE with immediate whose payload is in the slot: the owner places it at its
     /// destination (`key`, `addr`) when it polls the message.
     pub(crate) const WRITE_IMM_INLINE: u32 = 5;
+    /// SEND with invalidate: a SEND whose `key` the owner invalidates (it must be the
+    /// current key of one of its windows) before it reports the receive.
+    pub(crate) const SEND_INV: u32 = 6;
 }
 
 /// Most payload bytes an inbound slot carries (a WRITE with immediate up to this size, if

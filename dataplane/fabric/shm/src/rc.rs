@@ -16,6 +16,11 @@
 //! completion queue doorbell is rung. The receiver's `poll` matches each message with the
 //! next posted receive, lands SEND payloads from the bounce buffer, and writes completions.
 //!
+//! **Memory windows**: a bind or local invalidation runs in order with the queue pair's
+//! other requests (it writes the window's entry of our key table, module `pd`); a SEND
+//! with invalidate travels as a SEND whose slot names the key, which the receiver checks
+//! and revokes before it reports the receive.
+//!
 //! **Errors** follow RC hardware: a local key, range or rights violation completes the
 //! request with a local protection error; a bad remote key completes it with a remote
 //! access error and faults the peer's queue pair too; a SEND longer than the receive it
@@ -35,7 +40,7 @@ use crate::MAX_SGE;
 use crate::core::DevCore;
 use crate::cq_shared::CqShared;
 use crate::layout::Doorbell;
-use crate::pd::PdInner;
+use crate::pd::{Bind, PdInner};
 use crate::place::place;
 use crate::qpseg::{Inbound, QpSegLayout, QpSegView, Reserve, SLOT_INLINE, inbound_kind};
 use crate::remote::{PeerExport, PeerExports, RemoteKt};
@@ -318,6 +323,7 @@ impl QpCore {
                 imm: None,
                 qp_num: self.qpn,
                 src_qp: 0,
+                invalidated: None,
             };
             if st.cq_tx.enqueue(c).is_err() {
                 return false;
@@ -363,6 +369,40 @@ impl QpCore {
     fn exec(&self, st: &mut SendState, op: SendOp, flags: SendFlags, src: Src<'_>) -> Outcome {
         if self.state() == QpState::Error {
             return Outcome::Done(WcStatus::WrFlushErr, 0);
+        }
+        // Local operations: they need nothing of the peer.
+        match op {
+            SendOp::BindMw {
+                rkey,
+                lkey,
+                access,
+                addr,
+                len,
+            } => {
+                let b = Bind {
+                    rkey,
+                    lkey,
+                    access,
+                    addr,
+                    len,
+                };
+                let status = if self.pd.bind(&b) {
+                    WcStatus::Success
+                } else {
+                    // The window or region went away since the post-time check.
+                    WcStatus::MwBindErr
+                };
+                return Outcome::Done(status, 0);
+            }
+            SendOp::LocalInv(key) => {
+                let status = if self.pd.invalidate(key) {
+                    WcStatus::Success
+                } else {
+                    WcStatus::LocQpOpErr
+                };
+                return Outcome::Done(status, 0);
+            }
+            _ => {}
         }
         let Some(peer) = self.peer.get() else {
             return Outcome::Done(WcStatus::WrFlushErr, 0);
@@ -446,7 +486,8 @@ impl QpCore {
                 );
                 Outcome::Done(WcStatus::Success, len as u32)
             }
-            // SendInv never gets here: post_send refuses it.
+            // Done above.
+            SendOp::BindMw { .. } | SendOp::LocalInv(_) => Outcome::Done(WcStatus::LocQpOpErr, 0),
             SendOp::Send | SendOp::SendImm(_) | SendOp::SendInv(_) => {
                 if !self.take_credit(st, peer) {
                     return Outcome::Blocked;
@@ -476,22 +517,20 @@ impl QpCore {
                 };
                 gather(&src, peer.view.bounce_ptr(start));
                 st.bounce_head = start + len;
-                let imm = match op {
-                    SendOp::SendImm(i) => Some(i),
-                    _ => None,
+                let (kind, imm, key) = match op {
+                    SendOp::SendImm(i) => (inbound_kind::SEND_IMM, Some(i), 0),
+                    SendOp::SendInv(k) => (inbound_kind::SEND_INV, None, k),
+                    _ => (inbound_kind::SEND, None, 0),
                 };
                 self.deliver(
                     st,
                     peer,
                     &Inbound {
-                        kind: if imm.is_some() {
-                            inbound_kind::SEND_IMM
-                        } else {
-                            inbound_kind::SEND
-                        },
+                        kind,
                         imm,
                         len: len as u32,
                         bounce_end: start + len,
+                        key,
                         ..Inbound::default()
                     },
                 );
@@ -640,6 +679,7 @@ impl QpCore {
             imm: m.imm,
             qp_num: self.qpn,
             src_qp: 0,
+            invalidated: None,
         };
         match m.kind {
             inbound_kind::WRITE_IMM => c.opcode = WcOpcode::RecvRdmaWithImm,
@@ -661,7 +701,7 @@ impl QpCore {
                     unsafe { ptr::copy_nonoverlapping(src, dst, m.len as usize) };
                 }
             }
-            inbound_kind::SEND | inbound_kind::SEND_IMM => {
+            inbound_kind::SEND | inbound_kind::SEND_IMM | inbound_kind::SEND_INV => {
                 let Some(src) = self.view.bounce_payload(*bounce_tail, m.bounce_end, m.len) else {
                     return self.violation(c);
                 };
@@ -698,6 +738,9 @@ impl QpCore {
                 }
                 *bounce_tail = m.bounce_end;
                 self.view.bounce_release(m.bounce_end);
+                if m.kind == inbound_kind::SEND_INV && c.is_ok() {
+                    self.remote_invalidate(m.key, &mut c);
+                }
             }
             inbound_kind::LEN_ERR => c.status = WcStatus::LocLenErr,
             _ => return self.violation(c),
@@ -711,6 +754,28 @@ impl QpCore {
 }
 
 impl QpCore {
+    /// A peer's SEND with invalidate of `key`, landed in `c`: the key must be the current
+    /// key of a bound window of this queue pair's protection domain. It is revoked before
+    /// the receive is reported, and the completion names it. Any other key (the peer's
+    /// word: unknown, a region's, another domain's, stale) fails the receive with a remote
+    /// invalid request error, touching no key; the peer is told (its queue pair fails
+    /// too, as the NAK does on RC hardware), and ours goes to error with the receive.
+    fn remote_invalidate(&self, key: u32, c: &mut Completion) {
+        if self.pd.invalidate(key) {
+            c.invalidated = Some(key);
+            return;
+        }
+        c.status = WcStatus::RemInvReqErr;
+        if let Some(peer) = self.peer.get() {
+            // Release: pairs with the Acquire in the peer's fault check (drain_recv).
+            peer.view
+                .header()
+                .fault
+                .store(WcStatus::RemInvReqErr.to_raw(), Ordering::Release);
+            peer.doorbell().ring(peer.db_slot);
+        }
+    }
+
     /// The peer broke the protocol in an inbound message: count it and fail the receive
     /// (which moves the queue pair to the error state).
     #[cold]
@@ -934,11 +999,34 @@ impl QpCore {
                 }
             };
             // No remote invalidation here (shm keys are not fast-registered MRs).
-            if matches!(wr.op, SendOp::SendInv(_)) {
-                return Err(err(i, PostErrorKind::Unsupported));
+            match wr.op {
+                SendOp::BindMw {
+                    rkey,
+                    lkey,
+                    access,
+                    addr,
+                    len,
+                } => {
+                    let b = Bind {
+                        rkey,
+                        lkey,
+                        access,
+                        addr,
+                        len,
+                    };
+                    if !wr.is_empty() || !core.pd.bind_is_valid(&b) {
+                        return Err(err(i, PostErrorKind::BadBind));
+                    }
+                }
+                SendOp::LocalInv(_) if !wr.is_empty() => {
+                    return Err(err(i, PostErrorKind::Unsupported));
+                }
+                _ => {}
             }
-            if matches!(wr.op, SendOp::Send | SendOp::SendImm(_))
-                && wr.len() > u64::from(core.dev.cfg.bounce_bytes)
+            if matches!(
+                wr.op,
+                SendOp::Send | SendOp::SendImm(_) | SendOp::SendInv(_)
+            ) && wr.len() > u64::from(core.dev.cfg.bounce_bytes)
             {
                 return Err(err(i, PostErrorKind::MessageTooLong));
             }

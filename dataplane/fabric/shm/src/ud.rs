@@ -156,6 +156,7 @@ impl UdQueuePair for ShmUdQp {
                     imm: None,
                     qp_num: core.qpn,
                     src_qp: 0,
+                    invalidated: None,
                 };
                 if !st.backlog.is_empty() || st.cq_tx.enqueue(c).is_err() {
                     st.backlog.push_back(c);

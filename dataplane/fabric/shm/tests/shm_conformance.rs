@@ -26,3 +26,40 @@ fn env(port: u16) -> Option<Env<Shm>> {
 }
 
 dp_fabric::conformance_tests!(Shm, |port| env(port));
+
+/// Memory windows: the `check_mw_*` checks of the conformance suite.
+mod mw {
+    use dp_fabric::conformance;
+
+    use super::env;
+
+    #[test]
+    fn bind_and_rebind() {
+        let e = env(200).expect("env");
+        conformance::check_mw_bind_and_rebind(&e, true).expect("check");
+    }
+
+    #[test]
+    fn invalidate_and_rebind() {
+        let e = env(240).expect("env");
+        conformance::check_mw_bind_and_rebind(&e, false).expect("check");
+    }
+
+    #[test]
+    fn local_inv() {
+        let e = env(210).expect("env");
+        conformance::check_mw_local_inv(&e).expect("check");
+    }
+
+    #[test]
+    fn remote_inv() {
+        let e = env(220).expect("env");
+        conformance::check_mw_remote_inv(&e).expect("check");
+    }
+
+    #[test]
+    fn bind_refusals() {
+        let e = env(230).expect("env");
+        conformance::check_mw_bind_refusals(&e).expect("check");
+    }
+}

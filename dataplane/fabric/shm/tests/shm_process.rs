@@ -1,5 +1,6 @@
-//! The shm provider between processes: a data exchange in both directions, and a peer that
-//! dies (SIGKILL) seen by the survivor as a disconnect with flushed work.
+//! The shm provider between processes: a data exchange in both directions, a peer that
+//! dies (SIGKILL) seen by the survivor as a disconnect with flushed work, and a memory
+//! window a peer writes through and invalidates remotely.
 //!
 //! Each test re-executes this test binary as the peer process (`DP_SHM_CHILD` selects the
 //! role), so nothing outside the test harness is needed.
@@ -12,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use dp_fabric::conformance::{WAIT, buffer};
 use dp_fabric::{
-    CmChannel, CmEvent, Completion, CompletionQueue, ConnRequest, Device, MemoryRegion, QpCaps,
-    QpInit, RcQueuePair, RecvWr, RemoteAddr, SendOp, SendWr, WcOpcode, WcStatus,
+    Access, CmChannel, CmEvent, Completion, CompletionQueue, ConnRequest, Device, MemoryRegion,
+    MemoryWindow, ProtectionDomain, QpCaps, QpInit, RcQueuePair, RecvWr, RemoteAddr, SendOp,
+    SendWr, WcOpcode, WcStatus, inc_rkey,
 };
 use dp_shm::{Shm, ShmConfig, ShmDevice};
 use mempool::memory::Region;
@@ -322,4 +324,165 @@ fn peer_death_is_seen() {
             "after peer death: {c:?}"
         );
     }
+}
+
+/// Child of `window_across_processes`: learns the parent's window (address and key) from
+/// a SEND, writes through it, invalidates it with a SEND with invalidate, waits for the
+/// parent's acknowledgement and then finds the key refused.
+fn window_child() {
+    let port: u16 = std::env::var("DP_SHM_TEST_PORT").unwrap().parse().unwrap();
+    let dev = device();
+    let pd = dev.alloc_pd().unwrap();
+    let (mem, mr) = buffer::<Shm>(&pd, 1 << 16).unwrap();
+    let mut cq = dev.create_cq(64).unwrap();
+    let mut cm = dev.create_cm_channel().unwrap();
+    let init = QpInit {
+        pd: &pd,
+        send_cq: &cq,
+        recv_cq: &cq,
+        caps: caps(),
+    };
+    let (_conn, mut qp) = cm.connect(addr(port), &init, &[]).unwrap();
+    assert!(matches!(wait_event(&mut cm), CmEvent::Established { .. }));
+    let rs = [mr.sge(0, 12)];
+    qp.post_recv(&[RecvWr { wr_id: 1, sgl: &rs }]).unwrap();
+    qp.post_recv(&[RecvWr { wr_id: 2, sgl: &[] }]).unwrap();
+    let mut out = [Completion::default(); 8];
+    let mut next = |cq: &mut <Shm as dp_fabric::Provider>::Cq| -> Completion {
+        let t0 = Instant::now();
+        loop {
+            if cq.poll(&mut out[..1]) == 1 {
+                return out[0];
+            }
+            assert!(t0.elapsed() < WAIT, "child: no completion");
+        }
+    };
+    let c = next(&mut cq);
+    assert!(c.is_ok() && c.wr_id == 1, "child: window description {c:?}");
+    let mut d = [0u8; 12];
+    for (i, b) in d.iter_mut().enumerate() {
+        *b = mem.load_u8(i);
+    }
+    let win = parse_rkey(&d);
+    for i in 0..64 {
+        mem.store_u8(1024 + i, (i as u8) ^ 0xA5);
+    }
+    let s = [mr.sge(1024, 64)];
+    qp.post_send(&[SendWr::signaled(10, SendOp::WriteImm(win, 1), &s)])
+        .unwrap();
+    let c = next(&mut cq);
+    assert!(
+        c.is_ok() && c.wr_id == 10,
+        "child: write through the window {c:?}"
+    );
+    qp.post_send(&[SendWr::inline(11, SendOp::SendInv(win.rkey), &[])])
+        .unwrap();
+    let c = next(&mut cq);
+    assert!(
+        c.is_ok() && c.wr_id == 11,
+        "child: SEND with invalidate {c:?}"
+    );
+    let c = next(&mut cq);
+    assert!(c.is_ok() && c.wr_id == 2, "child: acknowledgement {c:?}");
+    qp.post_send(&[SendWr::signaled(12, SendOp::Write(win), &s)])
+        .unwrap();
+    let c = next(&mut cq);
+    assert_eq!(
+        (c.wr_id, c.status),
+        (12, WcStatus::RemAccessErr),
+        "child: write through the invalidated window"
+    );
+    loop {
+        match cm.wait_event(Some(WAIT)) {
+            Some(CmEvent::Disconnected { .. }) | None => break,
+            Some(_) => {}
+        }
+    }
+}
+
+/// A memory window between two processes: the peer writes through it, invalidates it
+/// remotely (our receive names the key), and then its key is refused.
+#[test]
+fn window_across_processes() {
+    if std::env::var(ROLE).as_deref() == Ok("window") {
+        window_child();
+        return;
+    }
+    let port = 7003;
+    let dev = device();
+    let pd = dev.alloc_pd().unwrap();
+    let (mem, _mr) = buffer::<Shm>(&pd, 1 << 16).unwrap();
+    let bind_mr = pd
+        .reg_region(&mem, 0, 1 << 16, Access::LOCAL_WRITE | Access::MW_BIND)
+        .unwrap();
+    let mw = pd.alloc_mw().unwrap();
+    let mut cq = dev.create_cq(64).unwrap();
+    let mut cm = dev.create_cm_channel().unwrap();
+    cm.listen(addr(port), 8).unwrap();
+    let mut child = spawn_child("window_across_processes", "window", port);
+    let req = match wait_event(&mut cm) {
+        CmEvent::ConnectRequest { request, .. } => request,
+        e => panic!("expected ConnectRequest, got {e:?}"),
+    };
+    let init = QpInit {
+        pd: &pd,
+        send_cq: &cq,
+        recv_cq: &cq,
+        caps: caps(),
+    };
+    let (conn, mut qp) = cm.accept(req, &init, &[]).unwrap();
+    assert!(matches!(wait_event(&mut cm), CmEvent::Established { .. }));
+    qp.post_recv(&[RecvWr { wr_id: 1, sgl: &[] }]).unwrap();
+    qp.post_recv(&[RecvWr { wr_id: 2, sgl: &[] }]).unwrap();
+    let key = inc_rkey(mw.rkey());
+    let win_addr = bind_mr.addr() + 8192;
+    let bind = SendOp::BindMw {
+        rkey: key,
+        lkey: bind_mr.lkey(),
+        access: Access::REMOTE_WRITE,
+        addr: win_addr,
+        len: 4096,
+    };
+    let mut desc = win_addr.to_le_bytes().to_vec();
+    desc.extend_from_slice(&key.to_le_bytes());
+    // The bind is unsignalled: the SEND after it completes only once it has executed.
+    qp.post_send(&[
+        SendWr {
+            wr_id: 20,
+            op: bind,
+            payload: dp_fabric::Payload::Sgl(&[]),
+            flags: dp_fabric::SendFlags::NONE,
+        },
+        SendWr::inline(21, SendOp::Send, &desc),
+    ])
+    .unwrap();
+    let mut out = [Completion::default(); 8];
+    let mut got = Vec::new();
+    let t0 = Instant::now();
+    while got.len() < 3 {
+        let n = cq.poll(&mut out);
+        got.extend_from_slice(&out[..n]);
+        assert!(t0.elapsed() < WAIT, "parent: got {got:?}");
+    }
+    let by = |id: u64| *got.iter().find(|c| c.wr_id == id).expect("completion");
+    assert!(by(21).is_ok(), "{:?}", by(21));
+    let w = by(1);
+    assert_eq!(
+        (w.status, w.opcode, w.imm),
+        (WcStatus::Success, WcOpcode::RecvRdmaWithImm, Some(1))
+    );
+    for i in 0..64 {
+        assert_eq!(mem.load_u8(8192 + i), (i as u8) ^ 0xA5, "byte {i}");
+    }
+    let inv = by(2);
+    assert_eq!(
+        (inv.status, inv.opcode, inv.invalidated),
+        (WcStatus::Success, WcOpcode::Recv, Some(key)),
+        "{inv:?}"
+    );
+    qp.post_send(&[SendWr::inline(22, SendOp::Send, &[])])
+        .unwrap();
+    let status = child.wait().expect("wait child");
+    assert!(status.success(), "child failed: {status}");
+    cm.disconnect(conn).unwrap();
 }

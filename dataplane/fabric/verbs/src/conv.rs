@@ -23,6 +23,9 @@ pub(crate) fn access_flags(access: Access) -> u32 {
     if access.contains(Access::REMOTE_READ) {
         f |= ffi::ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
     }
+    if access.contains(Access::MW_BIND) {
+        f |= ffi::ibv_access_flags::IBV_ACCESS_MW_BIND.0;
+    }
     f
 }
 
@@ -55,6 +58,9 @@ pub(crate) fn send_opcode(op: SendOp) -> (ffi::ibv_wr_opcode::Type, Option<u32>)
         SendOp::Write(_) => (wro::IBV_WR_RDMA_WRITE, None),
         SendOp::WriteImm(_, imm) => (wro::IBV_WR_RDMA_WRITE_WITH_IMM, Some(imm.to_be())),
         SendOp::Read(_) => (wro::IBV_WR_RDMA_READ, None),
+        // Refused at post time (`check_send`): this provider has no memory windows yet.
+        SendOp::BindMw { .. } => (wro::IBV_WR_BIND_MW, None),
+        SendOp::LocalInv(rkey) => (wro::IBV_WR_LOCAL_INV, Some(rkey)),
     }
 }
 
@@ -66,6 +72,8 @@ pub(crate) fn wc_opcode(raw: ffi::ibv_wc_opcode::Type) -> Option<WcOpcode> {
         wco::IBV_WC_RDMA_READ => WcOpcode::RdmaRead,
         wco::IBV_WC_RECV => WcOpcode::Recv,
         wco::IBV_WC_RECV_RDMA_WITH_IMM => WcOpcode::RecvRdmaWithImm,
+        wco::IBV_WC_BIND_MW => WcOpcode::BindMw,
+        wco::IBV_WC_LOCAL_INV => WcOpcode::LocalInv,
         _ => return None,
     })
 }
@@ -79,6 +87,8 @@ pub(crate) const fn opcode_code(op: WcOpcode) -> u32 {
         WcOpcode::RdmaRead => 2,
         WcOpcode::Recv => 3,
         WcOpcode::RecvRdmaWithImm => 4,
+        WcOpcode::BindMw => 5,
+        WcOpcode::LocalInv => 6,
     }
 }
 
@@ -89,6 +99,8 @@ pub(crate) const fn opcode_from_code(code: u32) -> WcOpcode {
         2 => WcOpcode::RdmaRead,
         3 => WcOpcode::Recv,
         4 => WcOpcode::RecvRdmaWithImm,
+        5 => WcOpcode::BindMw,
+        6 => WcOpcode::LocalInv,
         _ => WcOpcode::Send,
     }
 }

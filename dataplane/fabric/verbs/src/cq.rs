@@ -127,6 +127,7 @@ fn convert(tab: &[Arc<Track>], wc: &ffi::ibv_wc) -> Option<Completion> {
         imm: None,
         qp_num: wc.qp_num,
         src_qp: 0,
+        invalidated: None,
     };
     if status != WcStatus::Success {
         // Only wr_id, status and qp_num are defined for failed requests.
@@ -140,6 +141,10 @@ fn convert(tab: &[Arc<Track>], wc: &ffi::ibv_wc) -> Option<Completion> {
             c.imm = Some(u32::from_be(unsafe {
                 wc.imm_data_invalidated_rkey_union.imm_data
             }));
+        } else if wc.wc_flags & ffi::ibv_wc_flags::IBV_WC_WITH_INV.0 != 0 {
+            // SAFETY: with IBV_WC_WITH_INV set the union holds the invalidated key (host
+            // order).
+            c.invalidated = Some(unsafe { wc.imm_data_invalidated_rkey_union.invalidated_rkey });
         }
         if t.ud {
             c.src_qp = wc.src_qp;

@@ -103,7 +103,7 @@ use std::time::Duration;
 pub use cm::{VerbsCm, VerbsConnRequest};
 pub use cq::VerbsCq;
 pub use device::{VerbsDevice, devices};
-pub use pd::{VerbsMr, VerbsPd};
+pub use pd::{VerbsMr, VerbsMw, VerbsPd};
 pub use qp::VerbsQp;
 pub use ud::{VerbsUdDest, VerbsUdQp};
 
@@ -121,6 +121,7 @@ impl Provider for Verbs {
     type Device = VerbsDevice;
     type Pd = VerbsPd;
     type Mr = VerbsMr;
+    type Mw = VerbsMw;
     type Cq = VerbsCq;
     type Qp = VerbsQp;
     type UdQp = VerbsUdQp;

@@ -10,7 +10,7 @@ use crate::conv::access_flags;
 use crate::dev::DevInner;
 use crate::sys::{errno, os_err};
 use dp_fabric::error::{FabricError, Result};
-use dp_fabric::traits::{MemoryRegion, ProtectionDomain};
+use dp_fabric::traits::{MemoryRegion, MemoryWindow, ProtectionDomain};
 use dp_fabric::types::Access;
 
 pub(crate) struct PdInner {
@@ -149,6 +149,27 @@ impl ProtectionDomain for VerbsPd {
 
     unsafe fn reg_raw(&self, addr: *mut u8, len: usize, access: Access) -> Result<VerbsMr> {
         self.register(addr, len, access, None)
+    }
+
+    /// Not implemented on this provider yet (`ibv_alloc_mw` and `IBV_WR_BIND_MW`):
+    /// always fails with `EOPNOTSUPP`, and binds and local invalidations are refused at
+    /// post time.
+    fn alloc_mw(&self) -> Result<VerbsMw> {
+        Err(FabricError::Io {
+            op: "allocating a memory window (the verbs provider has no memory windows yet)",
+            source: std::io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+        })
+    }
+}
+
+/// A memory window of the verbs provider: none can exist yet (see
+/// [`VerbsPd::alloc_mw`](ProtectionDomain::alloc_mw)).
+#[derive(Debug)]
+pub enum VerbsMw {}
+
+impl MemoryWindow for VerbsMw {
+    fn rkey(&self) -> u32 {
+        match *self {}
     }
 }
 

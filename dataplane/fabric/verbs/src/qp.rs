@@ -193,6 +193,10 @@ impl VerbsQp {
         if !matches!(state, QpState::Rts | QpState::Error) {
             return Err(PostErrorKind::BadState(state));
         }
+        // No memory windows on this provider yet (ibv_alloc_mw + IBV_WR_BIND_MW).
+        if matches!(wr.op, SendOp::BindMw { .. } | SendOp::LocalInv(_)) {
+            return Err(PostErrorKind::Unsupported);
+        }
         let nsge = match wr.payload {
             Payload::Sgl(s) => {
                 if s.len() > self.caps.max_send_sge as usize {
