@@ -41,7 +41,14 @@ pub(super) struct SPath<P: Provider> {
     addrs: Option<(SocketAddr, SocketAddr)>,
 }
 
-impl<P: Provider> LocalMem for SPath<P> {
+/// A path's chunk registrations as a post needs them, borrowed beside its connections.
+struct Chunks<'a, P: Provider> {
+    regions: &'a [P::Mr],
+    per: u32,
+    chunk_size: u32,
+}
+
+impl<P: Provider> LocalMem for Chunks<'_, P> {
     fn iu_sge(&self, _slot: u16, _len: u32) -> Option<Sge> {
         None
     }
@@ -461,19 +468,25 @@ impl<P: Provider> ServerIo for ServerDriver<P> {
         } else {
             chain
         };
-        let p = self.spath(conn.path).ok_or_else(gone)?;
-        let mut q = p
-            .conns
+        let SPath {
+            pd,
+            regions,
+            per,
+            chunk_size,
+            conns,
+            ..
+        } = self.spath(conn.path).ok_or_else(gone)?;
+        let q = conns
             .get_mut(usize::from(conn.cid))
-            .and_then(Option::take)
+            .and_then(Option::as_mut)
+            .filter(|q| q.conn == conn)
             .ok_or_else(gone)?;
-        let r = if q.conn == conn {
-            q.post_send(&p.pd, chain, p)
-        } else {
-            Err(gone())
+        let mem = Chunks::<P> {
+            regions,
+            per: *per,
+            chunk_size: *chunk_size,
         };
-        p.conns[usize::from(conn.cid)] = Some(q);
-        r
+        q.post_send(pd, chain, &mem)
     }
 
     fn post_recv(&mut self, conn: Conn, wr_id: u64, buf: RecvBuf) -> Result<(), PostError> {
