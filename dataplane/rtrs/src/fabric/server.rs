@@ -274,6 +274,67 @@ impl<P: Provider> ServerDriver<P> {
         work
     }
 
+    /// Posts `chain` on `conn` (the body of [`ServerIo::post_send`]): the connection and
+    /// the path's chunk registrations borrowed side by side, nothing moved.
+    fn post_chain(&mut self, conn: Conn, chain: &[Wr<'_>]) -> Result<(), PostError> {
+        let SPath {
+            pd,
+            regions,
+            per,
+            chunk_size,
+            conns,
+            ..
+        } = self.spath(conn.path).ok_or_else(gone)?;
+        let q = conns
+            .get_mut(usize::from(conn.cid))
+            .and_then(Option::as_mut)
+            .filter(|q| q.conn == conn)
+            .ok_or_else(gone)?;
+        let mem = Chunks::<P> {
+            regions,
+            per: *per,
+            chunk_size: *chunk_size,
+        };
+        q.post_send(pd, chain, &mem)
+    }
+
+    /// Test kit: posts `chain` with the lies of [`Tamper`] told.
+    #[cfg(feature = "testing")]
+    #[cold]
+    fn post_lied(&mut self, conn: Conn, chain: &[Wr<'_>]) -> Result<(), PostError> {
+        let mut lied = [Wr::LocalInv { wr_id: 0, key: 0 }; super::MAX_CHAIN];
+        let mut info = Vec::new();
+        for (d, w) in lied.iter_mut().zip(chain) {
+            *d = *w;
+        }
+        for w in lied.iter_mut().take(chain.len()) {
+            match w {
+                Wr::WriteImmEmpty { imm, .. } if self.tamper.imm.is_some() => {
+                    *imm = (self.tamper.imm.expect("checked"))(*imm);
+                }
+                Wr::SendMsg { bytes, .. } if self.tamper.table.is_some() => {
+                    if let Ok(rsp) = crate::wire::InfoRsp::new_checked(*bytes)
+                        && rsp.msg_type() == crate::wire::MsgType::InfoRsp
+                    {
+                        let mut descs: Vec<SgDesc> = rsp.descs().collect();
+                        (self.tamper.table.expect("checked"))(&mut descs);
+                        info = vec![0; crate::wire::InfoRsp::<&[u8]>::len_for(descs.len())];
+                        crate::wire::InfoRsp::new_unchecked(&mut info[..]).emit(&descs);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if !info.is_empty() {
+            for w in lied.iter_mut().take(chain.len()) {
+                if let Wr::SendMsg { bytes, .. } = w {
+                    *bytes = &info;
+                }
+            }
+        }
+        self.post_chain(conn, &lied[..chain.len()])
+    }
+
     fn conn_of(&self, id: ConnId) -> Option<Conn> {
         self.paths
             .iter()
@@ -429,64 +490,12 @@ impl<P: Provider> ServerIo for ServerDriver<P> {
 
     fn post_send(&mut self, conn: Conn, chain: &[Wr<'_>]) -> Result<(), PostError> {
         #[cfg(feature = "testing")]
-        let mut lied = [Wr::LocalInv { wr_id: 0, key: 0 }; super::MAX_CHAIN];
-        #[cfg(feature = "testing")]
-        let mut info = Vec::new();
-        #[cfg(feature = "testing")]
-        let chain = if chain.len() <= lied.len()
+        if chain.len() <= super::MAX_CHAIN
             && (self.tamper.imm.is_some() || self.tamper.table.is_some())
         {
-            for (d, w) in lied.iter_mut().zip(chain) {
-                *d = *w;
-            }
-            for w in lied.iter_mut().take(chain.len()) {
-                match w {
-                    Wr::WriteImmEmpty { imm, .. } if self.tamper.imm.is_some() => {
-                        *imm = (self.tamper.imm.expect("checked"))(*imm);
-                    }
-                    Wr::SendMsg { bytes, .. } if self.tamper.table.is_some() => {
-                        if let Ok(rsp) = crate::wire::InfoRsp::new_checked(*bytes)
-                            && rsp.msg_type() == crate::wire::MsgType::InfoRsp
-                        {
-                            let mut descs: Vec<SgDesc> = rsp.descs().collect();
-                            (self.tamper.table.expect("checked"))(&mut descs);
-                            info = vec![0; crate::wire::InfoRsp::<&[u8]>::len_for(descs.len())];
-                            crate::wire::InfoRsp::new_unchecked(&mut info[..]).emit(&descs);
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            if !info.is_empty() {
-                for w in lied.iter_mut().take(chain.len()) {
-                    if let Wr::SendMsg { bytes, .. } = w {
-                        *bytes = &info;
-                    }
-                }
-            }
-            &lied[..chain.len()]
-        } else {
-            chain
-        };
-        let SPath {
-            pd,
-            regions,
-            per,
-            chunk_size,
-            conns,
-            ..
-        } = self.spath(conn.path).ok_or_else(gone)?;
-        let q = conns
-            .get_mut(usize::from(conn.cid))
-            .and_then(Option::as_mut)
-            .filter(|q| q.conn == conn)
-            .ok_or_else(gone)?;
-        let mem = Chunks::<P> {
-            regions,
-            per: *per,
-            chunk_size: *chunk_size,
-        };
-        q.post_send(pd, chain, &mem)
+            return self.post_lied(conn, chain);
+        }
+        self.post_chain(conn, chain)
     }
 
     fn post_recv(&mut self, conn: Conn, wr_id: u64, buf: RecvBuf) -> Result<(), PostError> {
