@@ -333,13 +333,45 @@ impl<P: Provider> QpRes<P> {
             flags: SendFlags::NONE,
         };
         let mut wrs = [empty; MAX_CHAIN];
-        for (i, w) in chain.iter().enumerate() {
+        let mut n = 0;
+        let mut i = 0;
+        while i < chain.len() {
+            let w = &chain[i];
             let flags = if w.signaled() {
                 SendFlags::SIGNALED
             } else {
                 SendFlags::NONE
             };
             let sgl = Payload::Sgl(&sges[i][..nsge[i]]);
+            // A READ's answer (its data, then the empty WRITE with immediate that completes
+            // it) goes as one WRITE with immediate carrying the data: what the client sees
+            // is the same (the data in place before the immediate's completion, which
+            // consumes the same empty receive), and it is one request less to post and run.
+            if let (
+                Wr::WriteChunk { remote, .. },
+                Some(Wr::WriteImmEmpty {
+                    wr_id,
+                    imm,
+                    signaled,
+                }),
+            ) = (w, chain.get(i + 1))
+                && !w.signaled()
+            {
+                let flags = if *signaled {
+                    SendFlags::SIGNALED
+                } else {
+                    SendFlags::NONE
+                };
+                wrs[n] = SendWr {
+                    wr_id: *wr_id,
+                    op: SendOp::WriteImm(*remote, *imm),
+                    payload: sgl,
+                    flags,
+                };
+                n += 1;
+                i += 2;
+                continue;
+            }
             let (op, payload) = match w {
                 Wr::SendMsg { bytes, .. } => {
                     if bytes.len() > self.max_inline as usize {
@@ -364,14 +396,16 @@ impl<P: Provider> QpRes<P> {
                     unreachable!("refused above")
                 }
             };
-            wrs[i] = SendWr {
+            wrs[n] = SendWr {
                 wr_id: w.wr_id(),
                 op,
                 payload,
                 flags,
             };
+            n += 1;
+            i += 1;
         }
-        self.qp.post_send(&wrs[..chain.len()])
+        self.qp.post_send(&wrs[..n])
     }
 
     /// Polls up to 32 completions into the connection's own array; returns how many.
