@@ -337,16 +337,25 @@ impl<P: Provider> QpRes<P> {
         let mut i = 0;
         while i < chain.len() {
             let w = &chain[i];
-            let flags = if w.signaled() {
+            let mut flags = if w.signaled() {
                 SendFlags::SIGNALED
             } else {
                 SendFlags::NONE
             };
+            if matches!(w, Wr::IoRequest { .. }) {
+                // The server reads a request's chunk only after polling its completion: a
+                // small request (a READ's header and user message) may ride in it.
+                flags = flags | SendFlags::PLACE_ON_POLL;
+            }
             let sgl = Payload::Sgl(&sges[i][..nsge[i]]);
             // A READ's answer (its data, then the empty WRITE with immediate that completes
             // it) goes as one WRITE with immediate carrying the data: what the client sees
             // is the same (the data in place before the immediate's completion, which
             // consumes the same empty receive), and it is one request less to post and run.
+            // PLACE_ON_POLL: the client reads its buffer only after that completion, so a
+            // small answer may ride in the completion itself (over shm, in the inbound
+            // slot the client polls, instead of a line of its buffer first and the slot's
+            // after it).
             if let (
                 Wr::WriteChunk { remote, .. },
                 Some(Wr::WriteImmEmpty {
@@ -358,9 +367,9 @@ impl<P: Provider> QpRes<P> {
                 && !w.signaled()
             {
                 let flags = if *signaled {
-                    SendFlags::SIGNALED
+                    SendFlags::SIGNALED | SendFlags::PLACE_ON_POLL
                 } else {
-                    SendFlags::NONE
+                    SendFlags::PLACE_ON_POLL
                 };
                 wrs[n] = SendWr {
                     wr_id: *wr_id,
