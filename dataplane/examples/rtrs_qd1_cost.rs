@@ -32,15 +32,13 @@ use std::time::Duration;
 use dataplane::fabric::shm::{Shm, ShmConfig, ShmDevice};
 use dataplane::rtrs::clt::{ClientConfig, ClientEvent, ClientSession, DataRef, Request};
 use dataplane::rtrs::fabric::{ClientDriver, ClientDriverConfig, ServerDriver};
-use dataplane::rtrs::permit::{ConType, Wait};
+use dataplane::rtrs::permit::{ConType, Permit, Wait};
 use dataplane::rtrs::srv::{Server, ServerConfig, ServerEvent, ServerIo};
 use dataplane::rtrs::wire::{DEFAULT_MAX_HDR_SIZE, MIN_CHUNK_SIZE};
 use dataplane::rtrs::work::Dir;
 use lcore::time::Instant;
 use mempool::memory::{Region, RegionConfig};
 
-/// The queue depth (`--iodepth 1`): the server's and the client's.
-const QD: u16 = 1;
 /// Blocks of the RAM disk, as `dp-perf rtrs`'s server has.
 const DISK_BLOCKS: u64 = 1024;
 /// Bytes of the user message (`dp-perf rtrs`'s: the block number and a bye marker).
@@ -56,6 +54,7 @@ fn main() {
     let bs: u32 = args
         .next()
         .map_or(64, |s| s.parse().expect("a block size in bytes"));
+    let depth: u16 = args.next().map_or(1, |s| s.parse().expect("a queue depth"));
     let dir = std::env::temp_dir().join(format!("dp-rtrs-qd1cost-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("rendezvous directory");
     let dev = || {
@@ -70,7 +69,7 @@ fn main() {
     let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 83, 0, 1)), 18600);
     let sdrv = ServerDriver::<Shm>::new(dev(), &[addr]).expect("listen");
     let srv = Server::new(ServerConfig {
-        queue_depth: QD,
+        queue_depth: depth,
         chunk_size: (bs + DEFAULT_MAX_HDR_SIZE)
             .next_power_of_two()
             .max(MIN_CHUNK_SIZE),
@@ -81,14 +80,14 @@ fn main() {
     let mut cdrv = ClientDriver::<Shm>::new(
         dev(),
         ClientDriverConfig {
-            max_queue_depth: QD,
+            max_queue_depth: depth,
             hdr_bytes: 256,
         },
     )
     .expect("client driver");
     cdrv.add_route(addr);
     let data = Region::new(
-        &RegionConfig::new("rtrs-qd1-cost", usize::from(QD) * bs as usize)
+        &RegionConfig::new("rtrs-qd1-cost", usize::from(depth) * bs as usize)
             .shareable(true)
             .quiet(),
     )
@@ -109,6 +108,8 @@ fn main() {
         srv,
         region,
         bs,
+        depth,
+        slots: (0..depth).map(|_| None).collect(),
         disk,
         done: 0,
         turns: 0,
@@ -117,12 +118,12 @@ fn main() {
         warm: true,
     };
     rig.open();
-    rig.drive(WARMUP);
+    rig.run(WARMUP);
     rig.warm = false;
     let turns0 = rig.turns;
     steady(&mut rig, WARMUP + count);
     println!(
-        "{count} round trips of {bs} bytes in {} turns after a warm-up of {WARMUP}",
+        "{count} round trips of {bs} bytes at depth {depth} in {} turns after a warm-up of {WARMUP}",
         rig.turns - turns0
     );
     drop(rig);
@@ -137,6 +138,10 @@ struct Rig {
     srv: Server,
     region: u32,
     bs: u32,
+    /// Requests kept in flight (`--iodepth`).
+    depth: u16,
+    /// The permits of the requests in flight, by id.
+    slots: Vec<Option<Permit>>,
     disk: Vec<u8>,
     /// Round trips done.
     done: u64,
@@ -176,7 +181,7 @@ impl Rig {
             while let Some(ev) = self.sess.poll_event() {
                 match ev {
                     ClientEvent::Opened { queue_depth, .. } => {
-                        assert!(queue_depth >= QD, "the server's queue depth");
+                        assert!(queue_depth >= self.depth, "the server's queue depth");
                         return;
                     }
                     ClientEvent::OpenFailed { error, .. } => panic!("open failed: {error}"),
@@ -187,6 +192,15 @@ impl Rig {
                 real.elapsed() < Duration::from_secs(60),
                 "the session did not open within 60 s"
             );
+        }
+    }
+
+    /// [`drive`](Self::drive) at depth 1, [`drive_deep`](Self::drive_deep) above.
+    fn run(&mut self, until: u64) {
+        if self.depth == 1 {
+            self.drive(until);
+        } else {
+            self.drive_deep(until);
         }
     }
 
@@ -283,11 +297,70 @@ impl Rig {
             self.done += 1;
         }
     }
+
+    /// Requests until `until` are done, `depth` of them in flight (one per permit): turns
+    /// of both sides, each completion's permit returned and the next request submitted
+    /// before the next turn.
+    #[inline(never)]
+    fn drive_deep(&mut self, until: u64) {
+        let real = std::time::Instant::now();
+        let permits = Arc::clone(self.sess.permits().expect("open"));
+        let mut inflight = 0u64;
+        let mut submitted = self.done;
+        let mut t0 = self.t;
+        while self.done < until {
+            while inflight < u64::from(self.depth) && submitted < until {
+                let permit = permits
+                    .get(ConType::Io, 0, Wait::NoWait)
+                    .expect("a free permit");
+                let mut usr = [0u8; USR_LEN];
+                usr[..8].copy_from_slice(&submitted.to_le_bytes());
+                let req = Request {
+                    dir: Dir::Read,
+                    usr: &usr,
+                    data: Some(DataRef {
+                        region: self.region,
+                        offset: u64::from(permit.id()) * u64::from(self.bs),
+                        len: self.bs,
+                    }),
+                    ctx: submitted,
+                };
+                let now = Instant::from_nanos(self.t);
+                self.sess
+                    .request(now, &permit, req, &mut self.cdrv)
+                    .expect("request submitted");
+                let id = usize::from(permit.id());
+                self.slots[id] = Some(permit);
+                submitted += 1;
+                inflight += 1;
+            }
+            let now = self.tick(real);
+            self.serve(now);
+            self.cdrv.poll(now, &mut self.sess);
+            while let Some(ev) = self.sess.poll_event() {
+                if let ClientEvent::Completed { id, result, ctx } = ev {
+                    assert!(ctx < submitted, "the completion of request {ctx}");
+                    result.expect("the READ succeeded");
+                    let permit = self.slots[usize::from(id)].take().expect("in flight");
+                    permits.put(permit);
+                    inflight -= 1;
+                    self.done += 1;
+                    t0 = self.t;
+                }
+            }
+            assert!(
+                self.t - t0 < 10_000_000_000,
+                "no completion after request {} for {} ns",
+                self.done,
+                self.t - t0
+            );
+        }
+    }
 }
 
 /// The measured run: [`Rig::drive`] to `until` round trips, in a function of its own so
 /// that callgrind can collect it alone.
 #[inline(never)]
 fn steady(rig: &mut Rig, until: u64) {
-    rig.drive(until);
+    rig.run(until);
 }
