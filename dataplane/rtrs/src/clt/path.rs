@@ -867,6 +867,8 @@ impl ClientPath {
     fn cid_for(&self, con: ConType, lane: u16) -> u16 {
         match con {
             ConType::Admin => 0,
+            // One IO connection (the default): no division on every request.
+            ConType::Io if self.cid_num == 2 => 1,
             ConType::Io if self.cid_num > 1 => lane % (self.cid_num - 1) + 1,
             ConType::Io => 0,
         }
