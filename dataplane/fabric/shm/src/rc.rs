@@ -590,7 +590,8 @@ impl QpCore {
     }
 
     /// Receive side, called by the receive CQ's poll: completes inbound messages into
-    /// `out`. Returns (completions written, more work left).
+    /// `out`. Returns (completions written, more work left); the second is looked at only
+    /// when `out` is full (the poller rings itself then), and is false otherwise.
     pub(crate) fn drain_recv(&self, rs: &mut RecvSide, out: &mut [Completion]) -> (usize, bool) {
         let mut n = 0;
         let credit = rs.peer_credit;
@@ -644,8 +645,8 @@ impl QpCore {
             // H1: Release, pairs with H2 in `take_credit`.
             self.credit_hint.store(rs.peer_credit, Ordering::Release);
         }
-        let more =
-            self.view.has(rs.next_in) || (self.state() == QpState::Error && !rs.rq.is_empty());
+        let more = n == out.len()
+            && (self.view.has(rs.next_in) || (self.state() == QpState::Error && !rs.rq.is_empty()));
         (n, more)
     }
 
