@@ -142,7 +142,10 @@ pub enum Wr<'a> {
         key: u32,
     },
     /// Server: `IB_WR_RDMA_WRITE` of the first `len` bytes of chunk `chunk` to the client's
-    /// buffer `remote` (a READ's data).
+    /// buffer `remote` (a READ's data). Unsignalled and followed by a [`Wr::WriteImmEmpty`]
+    /// (the answer), the fabric driver posts the two as one `IB_WR_RDMA_WRITE_WITH_IMM`
+    /// carrying the data: the client sees the same (the data in place before the completion
+    /// of the immediate, which consumes the same empty receive).
     WriteChunk {
         /// Completion id.
         wr_id: u64,

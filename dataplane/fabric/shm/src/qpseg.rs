@@ -15,6 +15,11 @@
 //! instead of the destination's lines first and the slot's after them. Everything in a
 //! slot is the peer's word: the owner checks the length against [`SLOT_INLINE`] and the
 //! destination against its own key table before it writes a byte.
+//!
+//! A slot also carries the sender's count of posted receives (`credit`): the owner's
+//! credits for what it sends back. In a request/response exchange each side reposts a
+//! receive just before it sends, so the peer, reading the count from `rq_posted`, would
+//! fetch that line right after it was written, once per message, on top of the slot.
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -60,7 +65,10 @@ pub(crate) struct InboundSlot {
     bounce_end: AtomicU64,
     /// Remote key of the destination (WRITE_IMM_INLINE only).
     key: AtomicU32,
-    _r: u32,
+    /// The sender's own posted receives (its `rq_posted`), low 32 bits, when it wrote the
+    /// slot: the owner's credits for sending back, carried in a line the owner reads anyway
+    /// (a hint: see [`QpSegView::posted`]).
+    credit: AtomicU32,
     /// Destination address, in the owner's address space (WRITE_IMM_INLINE only).
     addr: AtomicU64,
     /// The payload (WRITE_IMM_INLINE only): plain bytes, written before the Release store
@@ -80,6 +88,8 @@ pub(crate) struct Inbound {
     /// Destination key and address of an inline payload.
     pub key: u32,
     pub addr: u64,
+    /// The sender's posted receives, low 32 bits (a credit hint; the peer's word).
+    pub credit: u32,
 }
 
 /// Fixed part of a queue-pair segment.
@@ -260,6 +270,17 @@ impl QpSegView {
         self.header().rq_posted.store(n + 1, Ordering::Release);
     }
 
+    /// Owner: the receives it posted so far, to carry in the slots of the messages it sends
+    /// (their `credit`), so that the peer learns of its credits from the line it polls
+    /// instead of fetching `rq_posted` from this segment after the owner just wrote it.
+    #[inline]
+    pub(crate) fn posted(&self) -> u64 {
+        // Q2': Acquire, pairs with Q1 (the poster may be another thread than the sender):
+        // the lengths and receive entries of these receives are written before the Release
+        // store of the slot that carries the count (Q3).
+        self.header().rq_posted.load(Ordering::Acquire)
+    }
+
     /// Peer: receives posted so far.
     #[inline]
     pub(crate) fn peer_credit(&self) -> u64 {
@@ -287,6 +308,7 @@ impl QpSegView {
         s.bounce_end.store(m.bounce_end, Ordering::Relaxed);
         s.key.store(m.key, Ordering::Relaxed);
         s.addr.store(m.addr, Ordering::Relaxed);
+        s.credit.store(m.credit, Ordering::Relaxed);
         // Q3: Release, pairs with Q4 in `pop`: the fields, the bounce payload and any RDMA
         // WRITE data placed before this call are visible to the owner.
         s.seq.store(n + 1, Ordering::Release);
@@ -313,6 +335,7 @@ impl QpSegView {
             bounce_end: s.bounce_end.load(Ordering::Relaxed),
             key: s.key.load(Ordering::Relaxed),
             addr: s.addr.load(Ordering::Relaxed),
+            credit: s.credit.load(Ordering::Relaxed),
         })
     }
 

@@ -165,6 +165,10 @@ pub(crate) struct QpCore {
     pub recv_consumed: AtomicU64,
     send_attn: AtomicBool,
     recv_attn: AtomicBool,
+    /// The peer's posted receives as the last inbound message's slot said (widened to 64
+    /// bits by the receive side): credits the send side may take without fetching the
+    /// peer's `rq_posted` line (see [`QpCore::take_credit`]).
+    credit_hint: AtomicU64,
 }
 
 enum Outcome {
@@ -471,7 +475,7 @@ impl QpCore {
                 self.deliver(
                     st,
                     peer,
-                    &Inbound {
+                    Inbound {
                         kind: if inline {
                             inbound_kind::WRITE_IMM_INLINE
                         } else {
@@ -499,7 +503,7 @@ impl QpCore {
                     self.deliver(
                         st,
                         peer,
-                        &Inbound {
+                        Inbound {
                             kind: inbound_kind::LEN_ERR,
                             imm: None,
                             len: len as u32,
@@ -525,7 +529,7 @@ impl QpCore {
                 self.deliver(
                     st,
                     peer,
-                    &Inbound {
+                    Inbound {
                         kind,
                         imm,
                         len: len as u32,
@@ -540,9 +544,28 @@ impl QpCore {
     }
 
     /// True if the peer has a receive for our next message (does not consume it).
+    ///
+    /// When the credits known run out, the hint the peer's last message carried comes
+    /// first (its slot was read anyway): in a request/response exchange the peer reposts
+    /// a receive just before it answers, so fetching its `rq_posted` line would wait for
+    /// the line it just wrote, once per message. The hint is the peer's word, as
+    /// `rq_posted` is: a peer that lies about its receives fails its own queue pair (a
+    /// message without a receive), and the slot index stays masked into its ring either
+    /// way. It is bounded by the peer's ring besides, and taken only if it is ahead.
     #[inline]
     fn take_credit(&self, st: &mut SendState, peer: &Peer) -> bool {
         if st.credits_used < st.credit_cache {
+            return true;
+        }
+        // H2: Acquire, pairs with H1 in `drain_recv`: the lengths of the receives the hint
+        // counts (read for SENDs) are visible, through Q1 -> Q2' -> Q3 -> Q4 -> H1.
+        let hint = self
+            .credit_hint
+            .load(Ordering::Acquire)
+            .min(st.credits_used + u64::from(peer.view.layout.rq_cap));
+        if st.credits_used < hint {
+            st.credit_cache = hint;
+            st.rnr_counted = false;
             return true;
         }
         st.credit_cache = peer.view.peer_credit();
@@ -558,9 +581,12 @@ impl QpCore {
         false
     }
 
-    #[inline]
-    fn deliver(&self, st: &mut SendState, peer: &Peer, m: &Inbound) {
-        peer.view.push(st.credits_used, m);
+    /// Publishes `m` in the peer's next inbound slot, with our posted receives as its
+    /// credit, and rings the peer's doorbell.
+    #[inline(always)]
+    fn deliver(&self, st: &mut SendState, peer: &Peer, mut m: Inbound) {
+        m.credit = self.view.posted() as u32;
+        peer.view.push(st.credits_used, &m);
         st.credits_used += 1;
         peer.doorbell().ring(peer.db_slot);
     }
@@ -603,9 +629,11 @@ impl QpCore {
     }
 
     /// Receive side, called by the receive CQ's poll: completes inbound messages into
-    /// `out`. Returns (completions written, more work left).
+    /// `out`. Returns (completions written, more work left); the second is looked at only
+    /// when `out` is full (the poller rings itself then), and is false otherwise.
     pub(crate) fn drain_recv(&self, rs: &mut RecvSide, out: &mut [Completion]) -> (usize, bool) {
         let mut n = 0;
+        let credit = rs.peer_credit;
         // Acquire: pairs with the Release store of the fault by the peer.
         let fault = self.view.header().fault.load(Ordering::Acquire);
         if fault != 0 && self.state() != QpState::Error {
@@ -627,6 +655,7 @@ impl QpCore {
             };
             out[n] = self.land(rs.next_in, &m, &w, &mut rs.bounce_tail);
             rs.next_in += 1;
+            rs.peer_credit = widen_credit(rs.peer_credit, m.credit);
             if !out[n].is_ok() {
                 self.set_error();
             }
@@ -651,8 +680,12 @@ impl QpCore {
                 self.bump_consumed();
             }
         }
-        let more =
-            self.view.has(rs.next_in) || (self.state() == QpState::Error && !rs.rq.is_empty());
+        if rs.peer_credit != credit {
+            // H1: Release, pairs with H2 in `take_credit`.
+            self.credit_hint.store(rs.peer_credit, Ordering::Release);
+        }
+        let more = n == out.len()
+            && (self.view.has(rs.next_in) || (self.state() == QpState::Error && !rs.rq.is_empty()));
         (n, more)
     }
 
@@ -798,6 +831,21 @@ impl Drop for QpCore {
     }
 }
 
+/// The peer's posted receives, widened from the low 32 bits a slot carries and the last
+/// value: the count only grows, so a step of 2^31 or more (or back) is not taken. For an
+/// honest peer the result never overshoots its true count (a step it cannot tell stays
+/// short by multiples of 2^32); a lying peer moves it as it likes, and `take_credit`
+/// bounds what it takes.
+#[inline]
+fn widen_credit(last: u64, low: u32) -> u64 {
+    let step = low.wrapping_sub(last as u32);
+    if step < 1 << 31 {
+        last + u64::from(step)
+    } else {
+        last
+    }
+}
+
 /// Copies the request's bytes to `dst`, the final byte last and only once (see
 /// [`place`](super::place)): responders may poll it.
 fn gather(src: &Src<'_>, dst: *mut u8) {
@@ -867,6 +915,9 @@ pub(crate) struct RecvSide {
     pub next_in: u64,
     /// Bounce bytes released so far: where the next SEND payload may start.
     pub bounce_tail: u64,
+    /// The peer's posted receives as its messages said, widened (published to the send
+    /// side as `QpCore::credit_hint`).
+    pub peer_credit: u64,
 }
 
 /// Clamps requested capacities to what the device supports.
@@ -959,12 +1010,14 @@ impl QpCore {
             recv_consumed: AtomicU64::new(0),
             send_attn: AtomicBool::new(false),
             recv_attn: AtomicBool::new(false),
+            credit_hint: AtomicU64::new(0),
         });
         core.set_state(QpState::Init);
         let recv = RecvSide {
             rq: rq_rx,
             next_in: 0,
             bounce_tail: 0,
+            peer_credit: 0,
         };
         Ok((core, rq_tx, recv))
     }
@@ -1128,6 +1181,22 @@ fn to_pending(seq: u64, wr: &SendWr<'_>, nsge: usize, inline_len: Option<u32>) -
 mod tests {
     use super::*;
     use crate::place::tests::StoreCounter;
+
+    /// The credit a slot carries only moves forward, across the 32-bit wrap too.
+    #[test]
+    fn credit_hint_widens_forward_only() {
+        assert_eq!(widen_credit(0, 0), 0);
+        assert_eq!(widen_credit(0, 1026), 1026);
+        assert_eq!(widen_credit(1026, 1027), 1027);
+        // Back (an old slot, or a lie): kept.
+        assert_eq!(widen_credit(1027, 1026), 1027);
+        // Across the wrap of the low 32 bits.
+        let near = (7u64 << 32) | 0xFFFF_FFF0;
+        assert_eq!(widen_credit(near, 0x10), (8u64 << 32) | 0x10);
+        // A step of 2^31 or more is not taken.
+        assert_eq!(widen_credit(5, 5 + (1 << 31)), 5);
+        assert_eq!(widen_credit(5, 4 + (1 << 31)), 4 + (1 << 31));
+    }
 
     /// Issue 6, on the path every RDMA WRITE takes: the final destination byte is stored
     /// once, whether the payload is inline bytes or a gather list.

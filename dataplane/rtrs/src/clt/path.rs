@@ -320,6 +320,23 @@ impl ClientPath {
         }
     }
 
+    /// The send queue of connection `cid`, `cap` requests deep. The service connection
+    /// signals every `signal_interval`-th request (Linux's `min(queue_depth, 512)`). An IO
+    /// connection's queue (`4 * queue_depth + 1`) carries one request per IO and its
+    /// completions only give room back: it signals every `cap / 2`-th (at most 512), which
+    /// leaves room for a whole interval after each signal and halves the send completions
+    /// of a queue-depth-1 client, where Linux's interval signals every request.
+    fn send_queue(&self, cid: u16, cap: u32) -> SendQueue {
+        let interval = if cid == 0 {
+            self.signal_interval
+        } else {
+            (cap / 2)
+                .min(SERVICE_CON_QUEUE_DEPTH)
+                .max(self.signal_interval)
+        };
+        SendQueue::new(cap, interval)
+    }
+
     fn connect_cid(
         &mut self,
         cid: u16,
@@ -339,7 +356,7 @@ impl ClientPath {
         let sizes = self.qp_sizes(cid);
         self.conns[usize::from(cid)] = ConnSt {
             link: Link::Connecting,
-            sq: SendQueue::new(sizes.max_send_wr, self.signal_interval),
+            sq: self.send_queue(cid, sizes.max_send_wr),
             last_inv: None,
         };
         self.timers
@@ -524,8 +541,7 @@ impl ClientPath {
             };
             if cid > 0 {
                 let s = self.qp_sizes(cid);
-                self.conns[usize::from(cid)].sq =
-                    SendQueue::new(s.max_send_wr, self.signal_interval);
+                self.conns[usize::from(cid)].sq = self.send_queue(cid, s.max_send_wr);
             }
             for _ in 0..q * 2 {
                 if let Err(e) = io.post_recv(self.conn(cid), self.wr(K_RECV_IO, 0, 0), buf) {
@@ -851,6 +867,8 @@ impl ClientPath {
     fn cid_for(&self, con: ConType, lane: u16) -> u16 {
         match con {
             ConType::Admin => 0,
+            // One IO connection (the default): no division on every request.
+            ConType::Io if self.cid_num == 2 => 1,
             ConType::Io if self.cid_num > 1 => lane % (self.cid_num - 1) + 1,
             ConType::Io => 0,
         }

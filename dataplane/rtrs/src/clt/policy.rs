@@ -101,6 +101,21 @@ impl PathIter {
         paths: &[Option<P>],
         cursor: &mut Option<usize>,
     ) -> Option<usize> {
+        if let [only] = paths {
+            // One path slot (the common session): its only step, whatever the policy (the
+            // min-* walk would pick it if connected, round-robin even if not).
+            if self.steps > 0 || only.is_none() {
+                return None;
+            }
+            self.steps = 1;
+            if self.policy == MpPolicy::RoundRobin {
+                *cursor = Some(0);
+            } else if !only.as_ref().is_some_and(PathLoad::connected) {
+                return None;
+            }
+            self.mark(0);
+            return Some(0);
+        }
         let live = paths.iter().filter(|p| p.is_some()).count();
         if self.steps >= live {
             return None;
@@ -203,6 +218,28 @@ mod tests {
             Some(P(true, 0, None)),
         ];
         assert_eq!(walk(MpPolicy::MinLatency, &paths, &mut None), [2, 1, 0]);
+    }
+
+    #[test]
+    fn test_one_path_walks_as_many() {
+        for policy in [
+            MpPolicy::RoundRobin,
+            MpPolicy::MinInflight,
+            MpPolicy::MinLatency,
+        ] {
+            for p in [None, Some(P(true, 3, Some(5))), Some(P(false, 0, None))] {
+                let paths = [p];
+                let (mut c1, mut c2) = (Some(0), Some(0));
+                let mut it = PathIter::new(policy);
+                let got: Vec<usize> = std::iter::from_fn(|| it.next(&paths, &mut c1)).collect();
+                // The general walk, on the same path and a removed slot after it.
+                let two = [p, None];
+                let mut it = PathIter::new(policy);
+                let want: Vec<usize> = std::iter::from_fn(|| it.next(&two, &mut c2)).collect();
+                assert_eq!(got, want, "{policy:?} {:?}", p.map(|p| p.0));
+                assert_eq!(c1, c2, "{policy:?}: the cursor");
+            }
+        }
     }
 
     #[test]

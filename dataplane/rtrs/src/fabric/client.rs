@@ -338,6 +338,26 @@ impl<P: Provider> ClientDriver<P> {
         Some((q, mem.as_ref()?))
     }
 
+    /// Test kit: posts `chain` with every IO request's immediate rewritten by `f`.
+    #[cfg(feature = "testing")]
+    #[cold]
+    fn post_lied(
+        &mut self,
+        conn: Conn,
+        chain: &[Wr<'_>],
+        f: fn(u32) -> u32,
+    ) -> Result<(), PostError> {
+        let mut lied = [Wr::LocalInv { wr_id: 0, key: 0 }; super::MAX_CHAIN];
+        for (d, w) in lied.iter_mut().zip(chain) {
+            *d = *w;
+            if let Wr::IoRequest { imm, .. } = d {
+                *imm = f(*imm);
+            }
+        }
+        let (q, mem) = self.split(conn).ok_or_else(gone)?;
+        q.post_send(&mem.pd, &lied[..chain.len()], mem)
+    }
+
     fn ensure_path(&mut self, id: PathId) -> Result<&mut CPath<P>, i32> {
         let i = usize::from(id.idx);
         if self.paths.len() <= i {
@@ -437,20 +457,11 @@ impl<P: Provider> ClientIo for ClientDriver<P> {
 
     fn post_send(&mut self, conn: Conn, chain: &[Wr<'_>]) -> Result<(), PostError> {
         #[cfg(feature = "testing")]
-        let mut lied = [Wr::LocalInv { wr_id: 0, key: 0 }; super::MAX_CHAIN];
-        #[cfg(feature = "testing")]
-        let chain = match self.tamper_imm {
-            Some(f) if chain.len() <= lied.len() => {
-                for (d, w) in lied.iter_mut().zip(chain) {
-                    *d = *w;
-                    if let Wr::IoRequest { imm, .. } = d {
-                        *imm = f(*imm);
-                    }
-                }
-                &lied[..chain.len()]
-            }
-            _ => chain,
-        };
+        if let Some(f) = self.tamper_imm
+            && chain.len() <= super::MAX_CHAIN
+        {
+            return self.post_lied(conn, chain, f);
+        }
         let (q, mem) = self.split(conn).ok_or_else(gone)?;
         q.post_send(&mem.pd, chain, mem)
     }

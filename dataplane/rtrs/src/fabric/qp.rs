@@ -265,7 +265,9 @@ impl<P: Provider> QpRes<P> {
         Ok(())
     }
 
-    /// Posts `chain` as one `post_send`.
+    /// Posts `chain` as one `post_send`. A chain that posts as one work request (a client's
+    /// request, a server's answer) is translated into one `SendWr` on the stack; longer
+    /// ones into arrays of [`MAX_CHAIN`].
     pub(crate) fn post_send(
         &mut self,
         pd: &P::Pd,
@@ -297,50 +299,23 @@ impl<P: Provider> QpRes<P> {
                 big_send = Some(b.sge(0, bytes.len() as u32));
             }
         }
+        match chain {
+            [w] => {
+                let (sges, n) = sgl_of(w, 0, mem, big_send)?;
+                let wr = send_wr(w, &sges[..n], self.max_inline);
+                return self.qp.post_send(&[wr]);
+            }
+            [a, b] if folds(a, b) => {
+                let (sges, n) = sgl_of(a, 0, mem, big_send)?;
+                let wr = fold(a, b, &sges[..n]);
+                return self.qp.post_send(&[wr]);
+            }
+            _ => {}
+        }
         let mut sges = [[Sge::default(); 2]; MAX_CHAIN];
         let mut nsge = [0usize; MAX_CHAIN];
         for (i, w) in chain.iter().enumerate() {
-            match *w {
-                Wr::IoRequest {
-                    data, slot, iu_len, ..
-                } => {
-                    let iu = mem
-                        .iu_sge(slot, iu_len)
-                        .ok_or(refuse(i, PostErrorKind::MessageTooLong))?;
-                    match data {
-                        Some(d) if d.length > 0 => {
-                            sges[i] = [d, iu];
-                            nsge[i] = 2;
-                        }
-                        _ => {
-                            sges[i][0] = iu;
-                            nsge[i] = 1;
-                        }
-                    }
-                }
-                Wr::WriteChunk { chunk, len, .. } => {
-                    sges[i][0] = mem
-                        .chunk_sge(chunk, len)
-                        .ok_or(refuse(i, PostErrorKind::MessageTooLong))?;
-                    nsge[i] = 1;
-                }
-                Wr::WriteSource { src, len, .. } => {
-                    sges[i][0] = mem
-                        .source_sge(src, len)
-                        .ok_or(refuse(i, PostErrorKind::MessageTooLong))?;
-                    nsge[i] = 1;
-                }
-                Wr::SendMsg { bytes, .. } if bytes.len() > self.max_inline as usize => {
-                    sges[i][0] = big_send.expect("prepared above");
-                    nsge[i] = 1;
-                }
-                Wr::Register { .. } | Wr::LocalInv { .. } | Wr::RegChunk { .. } => {
-                    // Local invalidation and per-IO registration: not in dp-fabric yet (see
-                    // the module doc); sessions that register once never post these.
-                    return Err(refuse(i, PostErrorKind::Unsupported));
-                }
-                _ => {}
-            }
+            (sges[i], nsge[i]) = sgl_of(w, i, mem, big_send)?;
         }
         let empty = SendWr {
             wr_id: 0,
@@ -349,47 +324,22 @@ impl<P: Provider> QpRes<P> {
             flags: SendFlags::NONE,
         };
         let mut wrs = [empty; MAX_CHAIN];
-        for (i, w) in chain.iter().enumerate() {
-            let flags = if w.signaled() {
-                SendFlags::SIGNALED
+        let mut n = 0;
+        let mut i = 0;
+        while i < chain.len() {
+            let sgl = &sges[i][..nsge[i]];
+            if let Some(b) = chain.get(i + 1)
+                && folds(&chain[i], b)
+            {
+                wrs[n] = fold(&chain[i], b, sgl);
+                i += 2;
             } else {
-                SendFlags::NONE
-            };
-            let sgl = Payload::Sgl(&sges[i][..nsge[i]]);
-            let (op, payload) = match w {
-                Wr::SendMsg { bytes, .. } => {
-                    if bytes.len() > self.max_inline as usize {
-                        (SendOp::Send, sgl)
-                    } else {
-                        (SendOp::Send, Payload::Inline(bytes))
-                    }
-                }
-                Wr::WriteImmEmpty { imm, .. } => (
-                    SendOp::WriteImm(RemoteAddr::default(), *imm),
-                    Payload::Sgl(&[]),
-                ),
-                Wr::IoRequest { remote, imm, .. } => (SendOp::WriteImm(*remote, *imm), sgl),
-                Wr::WriteChunk { remote, .. } | Wr::WriteSource { remote, .. } => {
-                    (SendOp::Write(*remote), sgl)
-                }
-                Wr::SendImmMsg { bytes, imm, .. } => {
-                    (SendOp::SendImm(*imm), Payload::Inline(bytes))
-                }
-                // The answer to a client's NEED_INVAL read (Linux's client always asks, its
-                // reads go through fast-registered MRs); a zero-byte SEND_WITH_INV.
-                Wr::SendInv { rkey, .. } => (SendOp::SendInv(*rkey), Payload::Sgl(&[])),
-                Wr::Register { .. } | Wr::LocalInv { .. } | Wr::RegChunk { .. } => {
-                    unreachable!("refused above")
-                }
-            };
-            wrs[i] = SendWr {
-                wr_id: w.wr_id(),
-                op,
-                payload,
-                flags,
-            };
+                wrs[n] = send_wr(&chain[i], sgl, self.max_inline);
+                i += 1;
+            }
+            n += 1;
         }
-        self.qp.post_send(&wrs[..chain.len()])
+        self.qp.post_send(&wrs[..n])
     }
 
     /// Polls up to 32 completions into the connection's own array; returns how many.
@@ -432,6 +382,155 @@ impl<P: Provider> QpRes<P> {
     /// the receive queue (failed completions carry no opcode to tell).
     fn is_recv_flush(&self, c: &Completion) -> bool {
         self.posted.front().is_some_and(|(id, _)| *id == c.wr_id)
+    }
+}
+
+/// The local memory request `w` (at index `i` of its chain) gathers: at most two entries
+/// and their count. `big_send` is where a SEND too long to go inline was staged.
+fn sgl_of(
+    w: &Wr<'_>,
+    i: usize,
+    mem: &impl LocalMem,
+    big_send: Option<Sge>,
+) -> Result<([Sge; 2], usize), PostError> {
+    let refuse = |kind| PostError { index: i, kind };
+    let mut sges = [Sge::default(); 2];
+    let n = match *w {
+        Wr::IoRequest {
+            data, slot, iu_len, ..
+        } => {
+            let iu = mem
+                .iu_sge(slot, iu_len)
+                .ok_or(refuse(PostErrorKind::MessageTooLong))?;
+            match data {
+                Some(d) if d.length > 0 => {
+                    sges = [d, iu];
+                    2
+                }
+                _ => {
+                    sges[0] = iu;
+                    1
+                }
+            }
+        }
+        Wr::WriteChunk { chunk, len, .. } => {
+            sges[0] = mem
+                .chunk_sge(chunk, len)
+                .ok_or(refuse(PostErrorKind::MessageTooLong))?;
+            1
+        }
+        Wr::WriteSource { src, len, .. } => {
+            sges[0] = mem
+                .source_sge(src, len)
+                .ok_or(refuse(PostErrorKind::MessageTooLong))?;
+            1
+        }
+        Wr::SendMsg { .. } => match big_send {
+            Some(b) => {
+                sges[0] = b;
+                1
+            }
+            None => 0,
+        },
+        Wr::Register { .. } | Wr::LocalInv { .. } | Wr::RegChunk { .. } => {
+            // Local invalidation and per-IO registration: not in dp-fabric yet (see the
+            // module doc); sessions that register once never post these.
+            return Err(refuse(PostErrorKind::Unsupported));
+        }
+        Wr::WriteImmEmpty { .. } | Wr::SendInv { .. } | Wr::SendImmMsg { .. } => 0,
+    };
+    Ok((sges, n))
+}
+
+/// The provider's request for `w`, gathering `sgl` (what [`sgl_of`] found for it).
+fn send_wr<'a>(w: &'a Wr<'a>, sgl: &'a [Sge], max_inline: u32) -> SendWr<'a> {
+    let mut flags = if w.signaled() {
+        SendFlags::SIGNALED
+    } else {
+        SendFlags::NONE
+    };
+    let (op, payload) = match *w {
+        Wr::SendMsg { bytes, .. } => {
+            if bytes.len() > max_inline as usize {
+                (SendOp::Send, Payload::Sgl(sgl))
+            } else {
+                (SendOp::Send, Payload::Inline(bytes))
+            }
+        }
+        Wr::WriteImmEmpty { imm, .. } => (
+            SendOp::WriteImm(RemoteAddr::default(), imm),
+            Payload::Sgl(&[]),
+        ),
+        Wr::IoRequest { remote, imm, .. } => {
+            // The server reads a request's chunk only after polling its completion: a small
+            // request (a READ's header and user message) may ride in it.
+            flags = flags | SendFlags::PLACE_ON_POLL;
+            (SendOp::WriteImm(remote, imm), Payload::Sgl(sgl))
+        }
+        Wr::WriteChunk { remote, .. } | Wr::WriteSource { remote, .. } => {
+            (SendOp::Write(remote), Payload::Sgl(sgl))
+        }
+        Wr::SendImmMsg { ref bytes, imm, .. } => (SendOp::SendImm(imm), Payload::Inline(bytes)),
+        // The answer to a client's NEED_INVAL read (Linux's client always asks, its reads go
+        // through fast-registered MRs); a zero-byte SEND_WITH_INV.
+        Wr::SendInv { rkey, .. } => (SendOp::SendInv(rkey), Payload::Sgl(&[])),
+        Wr::Register { .. } | Wr::LocalInv { .. } | Wr::RegChunk { .. } => {
+            unreachable!("refused by sgl_of")
+        }
+    };
+    SendWr {
+        wr_id: w.wr_id(),
+        op,
+        payload,
+        flags,
+    }
+}
+
+/// True if `a` then `b` post as one request (see [`fold`]).
+fn folds(a: &Wr<'_>, b: &Wr<'_>) -> bool {
+    matches!(
+        (a, b),
+        (
+            Wr::WriteChunk {
+                signaled: false,
+                ..
+            } | Wr::WriteSource {
+                signaled: false,
+                ..
+            },
+            Wr::WriteImmEmpty { .. }
+        )
+    )
+}
+
+/// A READ's answer (its data, then the empty WRITE with immediate that completes it) as one
+/// WRITE with immediate carrying the data, `sgl` (the chunk, or the handler's source): what the client sees is the
+/// same (the data in place before the immediate's completion, which consumes the same empty
+/// receive), and it is one request less to post and run. PLACE_ON_POLL: the client reads
+/// its buffer only after that completion, so a small answer may ride in the completion
+/// itself (over shm, in the inbound slot the client polls, instead of a line of its buffer
+/// first and the slot's after it). Only for pairs [`folds`] accepts.
+fn fold<'a>(a: &Wr<'a>, b: &Wr<'a>, sgl: &'a [Sge]) -> SendWr<'a> {
+    let (
+        Wr::WriteChunk { remote, .. } | Wr::WriteSource { remote, .. },
+        Wr::WriteImmEmpty {
+            wr_id,
+            imm,
+            signaled,
+        },
+    ) = (*a, *b)
+    else {
+        unreachable!("checked by folds")
+    };
+    SendWr {
+        wr_id,
+        op: SendOp::WriteImm(remote, imm),
+        payload: Payload::Sgl(sgl),
+        flags: if signaled {
+            SendFlags::SIGNALED | SendFlags::PLACE_ON_POLL
+        } else {
+            SendFlags::PLACE_ON_POLL
+        },
     }
 }
 

@@ -47,7 +47,15 @@ pub(super) struct SPath<P: Provider> {
     addrs: Option<(SocketAddr, SocketAddr)>,
 }
 
-impl<P: Provider> LocalMem for SPath<P> {
+/// A path's chunk registrations as a post needs them, borrowed beside its connections.
+struct Chunks<'a, P: Provider> {
+    regions: &'a [P::Mr],
+    per: u32,
+    chunk_size: u32,
+    sources: &'a [P::Mr],
+}
+
+impl<P: Provider> LocalMem for Chunks<'_, P> {
     fn iu_sge(&self, _slot: u16, _len: u32) -> Option<Sge> {
         None
     }
@@ -56,8 +64,15 @@ impl<P: Provider> LocalMem for SPath<P> {
         if len > self.chunk_size {
             return None;
         }
-        let mr = self.regions.get((u32::from(chunk) / self.per) as usize)?;
-        let off = u64::from(u32::from(chunk) % self.per) * u64::from(self.chunk_size);
+        // One region (a session below 4 GiB of chunks): no division on every answer.
+        let c = u32::from(chunk);
+        let (r, k) = if self.regions.len() == 1 && c < self.per {
+            (0, c)
+        } else {
+            (c / self.per, c % self.per)
+        };
+        let mr = self.regions.get(r as usize)?;
+        let off = u64::from(k) * u64::from(self.chunk_size);
         Some(Sge {
             addr: mr.addr() + off,
             length: len,
@@ -382,6 +397,69 @@ impl<P: Provider> ServerDriver<P> {
         work
     }
 
+    /// Posts `chain` on `conn` (the body of [`ServerIo::post_send`]): the connection and
+    /// the path's chunk registrations borrowed side by side, nothing moved.
+    fn post_chain(&mut self, conn: Conn, chain: &[Wr<'_>]) -> Result<(), PostError> {
+        let SPath {
+            pd,
+            regions,
+            per,
+            chunk_size,
+            conns,
+            sources,
+            ..
+        } = self.spath(conn.path).ok_or_else(gone)?;
+        let q = conns
+            .get_mut(usize::from(conn.cid))
+            .and_then(Option::as_mut)
+            .filter(|q| q.conn == conn)
+            .ok_or_else(gone)?;
+        let mem = Chunks::<P> {
+            regions,
+            per: *per,
+            chunk_size: *chunk_size,
+            sources,
+        };
+        q.post_send(pd, chain, &mem)
+    }
+
+    /// Test kit: posts `chain` with the lies of [`Tamper`] told.
+    #[cfg(feature = "testing")]
+    #[cold]
+    fn post_lied(&mut self, conn: Conn, chain: &[Wr<'_>]) -> Result<(), PostError> {
+        let mut lied = [Wr::LocalInv { wr_id: 0, key: 0 }; super::MAX_CHAIN];
+        let mut info = Vec::new();
+        for (d, w) in lied.iter_mut().zip(chain) {
+            *d = *w;
+        }
+        for w in lied.iter_mut().take(chain.len()) {
+            match w {
+                Wr::WriteImmEmpty { imm, .. } if self.tamper.imm.is_some() => {
+                    *imm = (self.tamper.imm.expect("checked"))(*imm);
+                }
+                Wr::SendMsg { bytes, .. } if self.tamper.table.is_some() => {
+                    if let Ok(rsp) = crate::wire::InfoRsp::new_checked(*bytes)
+                        && rsp.msg_type() == crate::wire::MsgType::InfoRsp
+                    {
+                        let mut descs: Vec<SgDesc> = rsp.descs().collect();
+                        (self.tamper.table.expect("checked"))(&mut descs);
+                        info = vec![0; crate::wire::InfoRsp::<&[u8]>::len_for(descs.len())];
+                        crate::wire::InfoRsp::new_unchecked(&mut info[..]).emit(&descs);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if !info.is_empty() {
+            for w in lied.iter_mut().take(chain.len()) {
+                if let Wr::SendMsg { bytes, .. } = w {
+                    *bytes = &info;
+                }
+            }
+        }
+        self.post_chain(conn, &lied[..chain.len()])
+    }
+
     /// The connection channel `k` names `id` (ids are per device).
     fn conn_of(&self, k: usize, id: ConnId) -> Option<Conn> {
         self.paths
@@ -554,58 +632,12 @@ impl<P: Provider> ServerIo for ServerDriver<P> {
 
     fn post_send(&mut self, conn: Conn, chain: &[Wr<'_>]) -> Result<(), PostError> {
         #[cfg(feature = "testing")]
-        let mut lied = [Wr::LocalInv { wr_id: 0, key: 0 }; super::MAX_CHAIN];
-        #[cfg(feature = "testing")]
-        let mut info = Vec::new();
-        #[cfg(feature = "testing")]
-        let chain = if chain.len() <= lied.len()
+        if chain.len() <= super::MAX_CHAIN
             && (self.tamper.imm.is_some() || self.tamper.table.is_some())
         {
-            for (d, w) in lied.iter_mut().zip(chain) {
-                *d = *w;
-            }
-            for w in lied.iter_mut().take(chain.len()) {
-                match w {
-                    Wr::WriteImmEmpty { imm, .. } if self.tamper.imm.is_some() => {
-                        *imm = (self.tamper.imm.expect("checked"))(*imm);
-                    }
-                    Wr::SendMsg { bytes, .. } if self.tamper.table.is_some() => {
-                        if let Ok(rsp) = crate::wire::InfoRsp::new_checked(*bytes)
-                            && rsp.msg_type() == crate::wire::MsgType::InfoRsp
-                        {
-                            let mut descs: Vec<SgDesc> = rsp.descs().collect();
-                            (self.tamper.table.expect("checked"))(&mut descs);
-                            info = vec![0; crate::wire::InfoRsp::<&[u8]>::len_for(descs.len())];
-                            crate::wire::InfoRsp::new_unchecked(&mut info[..]).emit(&descs);
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            if !info.is_empty() {
-                for w in lied.iter_mut().take(chain.len()) {
-                    if let Wr::SendMsg { bytes, .. } = w {
-                        *bytes = &info;
-                    }
-                }
-            }
-            &lied[..chain.len()]
-        } else {
-            chain
-        };
-        let p = self.spath(conn.path).ok_or_else(gone)?;
-        let mut q = p
-            .conns
-            .get_mut(usize::from(conn.cid))
-            .and_then(Option::take)
-            .ok_or_else(gone)?;
-        let r = if q.conn == conn {
-            q.post_send(&p.pd, chain, p)
-        } else {
-            Err(gone())
-        };
-        p.conns[usize::from(conn.cid)] = Some(q);
-        r
+            return self.post_lied(conn, chain);
+        }
+        self.post_chain(conn, chain)
     }
 
     fn post_recv(&mut self, conn: Conn, wr_id: u64, buf: RecvBuf) -> Result<(), PostError> {

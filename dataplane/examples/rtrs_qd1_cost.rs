@@ -1,0 +1,366 @@
+//! The instruction cost of one queue-depth-1 RTRS READ round trip over the shm provider,
+//! for callgrind: both sides of `dp-perf rtrs --pair --rw read --iodepth 1` (the same
+//! driver and server configuration, and the same RAM-disk handler) driven from one thread
+//! on a virtual clock, so two runs of the same count execute the same instructions.
+//!
+//! ```text
+//! cargo build --release -p dataplane --example rtrs_qd1_cost
+//! valgrind --tool=callgrind --fair-sched=yes --toggle-collect='*steady*' \
+//!     target/release/examples/rtrs_qd1_cost 20000 [BS]
+//! ```
+//!
+//! Only the measured run is collected (`steady`: 20,000 round trips after a warm-up of
+//! 2,000 that brings the session up), so its total over 20,000 is the cost of one round
+//! trip on both sides. A round trip is what `dp-perf rtrs` does at queue depth 1: the
+//! client takes a permit and submits a READ of `BS` bytes (64 by default); then turns (the
+//! server's driver polls and the handler answers each request from its RAM disk with
+//! `resp_rdma`, the client's driver polls and the completion returns the permit) until it
+//! completed. `--fair-sched=yes`: the shm CM's thread must get to run while the driver
+//! spins, or the session never comes up.
+//!
+//! Measured on branch w-rtrscost (both sides, instructions per round trip):
+//!
+//! ```text
+//!                                                   bs 64    bs 4096
+//! main (3d6de36)                                    7,521    8,321
+//! ```
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dataplane::fabric::shm::{Shm, ShmConfig, ShmDevice};
+use dataplane::rtrs::clt::{ClientConfig, ClientEvent, ClientSession, DataRef, Request};
+use dataplane::rtrs::fabric::{ClientDriver, ClientDriverConfig, ServerDriver};
+use dataplane::rtrs::permit::{ConType, Permit, Wait};
+use dataplane::rtrs::srv::{Server, ServerConfig, ServerEvent, ServerIo};
+use dataplane::rtrs::wire::{DEFAULT_MAX_HDR_SIZE, MIN_CHUNK_SIZE};
+use dataplane::rtrs::work::Dir;
+use lcore::time::Instant;
+use mempool::memory::{Region, RegionConfig};
+
+/// Blocks of the RAM disk, as `dp-perf rtrs`'s server has.
+const DISK_BLOCKS: u64 = 1024;
+/// Bytes of the user message (`dp-perf rtrs`'s: the block number and a bye marker).
+const USR_LEN: usize = 16;
+/// Round trips before the measured run.
+const WARMUP: u64 = 2_000;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let count: u64 = args
+        .next()
+        .map_or(20_000, |s| s.parse().expect("a round trip count"));
+    let bs: u32 = args
+        .next()
+        .map_or(64, |s| s.parse().expect("a block size in bytes"));
+    let depth: u16 = args.next().map_or(1, |s| s.parse().expect("a queue depth"));
+    let dir = std::env::temp_dir().join(format!("dp-rtrs-qd1cost-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("rendezvous directory");
+    let dev = || {
+        Arc::new(
+            ShmDevice::open(ShmConfig {
+                dir: Some(dir.clone()),
+                ..ShmConfig::default()
+            })
+            .expect("shm device"),
+        )
+    };
+    let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 83, 0, 1)), 18600);
+    let sdrv = ServerDriver::<Shm>::new(dev(), &[addr]).expect("listen");
+    let srv = Server::new(ServerConfig {
+        queue_depth: depth,
+        chunk_size: (bs + DEFAULT_MAX_HDR_SIZE)
+            .next_power_of_two()
+            .max(MIN_CHUNK_SIZE),
+        always_invalidate: false,
+        ..ServerConfig::default()
+    })
+    .expect("server configuration");
+    let mut cdrv = ClientDriver::<Shm>::new(
+        dev(),
+        ClientDriverConfig {
+            max_queue_depth: depth,
+            hdr_bytes: 256,
+        },
+    )
+    .expect("client driver");
+    cdrv.add_route(addr);
+    let data = Region::new(
+        &RegionConfig::new("rtrs-qd1-cost", usize::from(depth) * bs as usize)
+            .shareable(true)
+            .quiet(),
+    )
+    .expect("data buffers");
+    let region = cdrv.add_region(Arc::new(data)).expect("data registered");
+    let mut cfg = ClientConfig::new(b"rtrs-qd1-cost", [7; 16]).expect("client configuration");
+    cfg.reconnect_delay = Duration::from_millis(100);
+    let sess = ClientSession::new(cfg).expect("client session");
+    let mut disk = vec![0u8; DISK_BLOCKS as usize * bs as usize];
+    for (i, b) in disk.iter_mut().enumerate() {
+        *b = (i as u64).wrapping_mul(0x9E37_79B9) as u8;
+    }
+    let t = 1_000_000u64;
+    let mut rig = Rig {
+        cdrv,
+        sess,
+        sdrv,
+        srv,
+        region,
+        bs,
+        depth,
+        slots: (0..depth).map(|_| None).collect(),
+        disk,
+        done: 0,
+        turns: 0,
+        t,
+        t0: t,
+        warm: true,
+    };
+    rig.open();
+    rig.run(WARMUP);
+    rig.warm = false;
+    let turns0 = rig.turns;
+    steady(&mut rig, WARMUP + count);
+    println!(
+        "{count} round trips of {bs} bytes at depth {depth} in {} turns after a warm-up of {WARMUP}",
+        rig.turns - turns0
+    );
+    drop(rig);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Both sides and the driver's counters and virtual clock.
+struct Rig {
+    cdrv: ClientDriver<Shm>,
+    sess: ClientSession,
+    sdrv: ServerDriver<Shm>,
+    srv: Server,
+    region: u32,
+    bs: u32,
+    /// Requests kept in flight (`--iodepth`).
+    depth: u16,
+    /// The permits of the requests in flight, by id.
+    slots: Vec<Option<Permit>>,
+    disk: Vec<u8>,
+    /// Round trips done.
+    done: u64,
+    /// Turns (one poll of each side) so far.
+    turns: u64,
+    t: u64,
+    /// `t` when the warm-up started.
+    t0: u64,
+    /// Warming up (the clock keeps up with real time).
+    warm: bool,
+}
+
+impl Rig {
+    /// The next turn's time: 100 ns of virtual time per turn. While warming up the clock
+    /// never runs behind real time: the CM's handshake takes real time (more under
+    /// valgrind), and the connect timers must not fire before it had that.
+    fn tick(&mut self, real: std::time::Instant) -> Instant {
+        self.turns += 1;
+        self.t += 100;
+        if self.warm {
+            self.t = self.t.max(self.t0 + real.elapsed().as_nanos() as u64);
+        }
+        Instant::from_nanos(self.t)
+    }
+
+    /// Opens the session: turns until the client says it is open.
+    fn open(&mut self) {
+        let real = std::time::Instant::now();
+        let now = Instant::from_nanos(self.t);
+        self.sess
+            .open(now, &[[8; 16]], &mut self.cdrv)
+            .expect("open");
+        loop {
+            let now = self.tick(real);
+            self.serve(now);
+            self.cdrv.poll(now, &mut self.sess);
+            while let Some(ev) = self.sess.poll_event() {
+                match ev {
+                    ClientEvent::Opened { queue_depth, .. } => {
+                        assert!(queue_depth >= self.depth, "the server's queue depth");
+                        return;
+                    }
+                    ClientEvent::OpenFailed { error, .. } => panic!("open failed: {error}"),
+                    _ => {}
+                }
+            }
+            assert!(
+                real.elapsed() < Duration::from_secs(60),
+                "the session did not open within 60 s"
+            );
+        }
+    }
+
+    /// [`drive`](Self::drive) at depth 1, [`drive_deep`](Self::drive_deep) above.
+    fn run(&mut self, until: u64) {
+        if self.depth == 1 {
+            self.drive(until);
+        } else {
+            self.drive_deep(until);
+        }
+    }
+
+    /// One turn of the server: its driver polls, and the handler answers every request
+    /// as `dp-perf rtrs`'s RAM disk does.
+    fn serve(&mut self, now: Instant) {
+        self.sdrv.poll(now, &mut self.srv);
+        let block = self.bs as usize;
+        let mut usr = [0u8; USR_LEN];
+        while let Some(ev) = self.srv.poll_event() {
+            let ServerEvent::Request {
+                op,
+                sess,
+                chunk,
+                dir,
+                data_len,
+                usr_len,
+                read_len,
+            } = ev
+            else {
+                continue;
+            };
+            let mut status = 0;
+            if usize::from(usr_len) != USR_LEN
+                || self
+                    .sdrv
+                    .read_chunk(sess, chunk, data_len, &mut usr)
+                    .is_err()
+                || dir != Dir::Read
+            {
+                status = -libc::EINVAL;
+            } else {
+                let b = u64::from_le_bytes(usr[..8].try_into().expect("8 bytes"));
+                let at = (b % DISK_BLOCKS) as usize * block;
+                let n = (read_len as usize).min(block);
+                if self
+                    .sdrv
+                    .write_chunk(sess, chunk, 0, &self.disk[at..at + n])
+                    .is_err()
+                {
+                    status = -libc::EINVAL;
+                }
+            }
+            let _ = self.srv.resp_rdma(now, op, status, &mut self.sdrv);
+        }
+    }
+
+    /// Round trips until `until` are done: the client submits a READ through permit 0,
+    /// then turns of both sides until it completed.
+    #[inline(never)]
+    fn drive(&mut self, until: u64) {
+        let real = std::time::Instant::now();
+        let permits = Arc::clone(self.sess.permits().expect("open"));
+        while self.done < until {
+            let permit = permits
+                .get(ConType::Io, 0, Wait::NoWait)
+                .expect("a free permit");
+            let mut usr = [0u8; USR_LEN];
+            usr[..8].copy_from_slice(&self.done.to_le_bytes());
+            let req = Request {
+                dir: Dir::Read,
+                usr: &usr,
+                data: Some(DataRef {
+                    region: self.region,
+                    offset: u64::from(permit.id()) * u64::from(self.bs),
+                    len: self.bs,
+                }),
+                ctx: self.done,
+            };
+            let t0 = self.t;
+            let now = Instant::from_nanos(self.t);
+            self.sess
+                .request(now, &permit, req, &mut self.cdrv)
+                .expect("request submitted");
+            'rt: loop {
+                let now = self.tick(real);
+                self.serve(now);
+                self.cdrv.poll(now, &mut self.sess);
+                while let Some(ev) = self.sess.poll_event() {
+                    if let ClientEvent::Completed { result, ctx, .. } = ev {
+                        assert_eq!(ctx, self.done, "the completion of round trip {ctx}");
+                        result.expect("the READ succeeded");
+                        break 'rt;
+                    }
+                }
+                assert!(
+                    self.t - t0 < 10_000_000_000,
+                    "no completion for round trip {} after {} ns",
+                    self.done,
+                    self.t - t0
+                );
+            }
+            permits.put(permit);
+            self.done += 1;
+        }
+    }
+
+    /// Requests until `until` are done, `depth` of them in flight (one per permit): turns
+    /// of both sides, each completion's permit returned and the next request submitted
+    /// before the next turn.
+    #[inline(never)]
+    fn drive_deep(&mut self, until: u64) {
+        let real = std::time::Instant::now();
+        let permits = Arc::clone(self.sess.permits().expect("open"));
+        let mut inflight = 0u64;
+        let mut submitted = self.done;
+        let mut t0 = self.t;
+        while self.done < until {
+            while inflight < u64::from(self.depth) && submitted < until {
+                let permit = permits
+                    .get(ConType::Io, 0, Wait::NoWait)
+                    .expect("a free permit");
+                let mut usr = [0u8; USR_LEN];
+                usr[..8].copy_from_slice(&submitted.to_le_bytes());
+                let req = Request {
+                    dir: Dir::Read,
+                    usr: &usr,
+                    data: Some(DataRef {
+                        region: self.region,
+                        offset: u64::from(permit.id()) * u64::from(self.bs),
+                        len: self.bs,
+                    }),
+                    ctx: submitted,
+                };
+                let now = Instant::from_nanos(self.t);
+                self.sess
+                    .request(now, &permit, req, &mut self.cdrv)
+                    .expect("request submitted");
+                let id = usize::from(permit.id());
+                self.slots[id] = Some(permit);
+                submitted += 1;
+                inflight += 1;
+            }
+            let now = self.tick(real);
+            self.serve(now);
+            self.cdrv.poll(now, &mut self.sess);
+            while let Some(ev) = self.sess.poll_event() {
+                if let ClientEvent::Completed { id, result, ctx } = ev {
+                    assert!(ctx < submitted, "the completion of request {ctx}");
+                    result.expect("the READ succeeded");
+                    let permit = self.slots[usize::from(id)].take().expect("in flight");
+                    permits.put(permit);
+                    inflight -= 1;
+                    self.done += 1;
+                    t0 = self.t;
+                }
+            }
+            assert!(
+                self.t - t0 < 10_000_000_000,
+                "no completion after request {} for {} ns",
+                self.done,
+                self.t - t0
+            );
+        }
+    }
+}
+
+/// The measured run: [`Rig::drive`] to `until` round trips, in a function of its own so
+/// that callgrind can collect it alone.
+#[inline(never)]
+fn steady(rig: &mut Rig, until: u64) {
+    rig.run(until);
+}
