@@ -6,7 +6,7 @@
 //! ```text
 //! cargo build --release -p dataplane --example rtrs_qd1_cost
 //! valgrind --tool=callgrind --fair-sched=yes --toggle-collect='*steady*' \
-//!     target/release/examples/rtrs_qd1_cost 20000 [BS]
+//!     target/release/examples/rtrs_qd1_cost 20000 [BS [DEPTH]]
 //! ```
 //!
 //! Only the measured run is collected (`steady`: 20,000 round trips after a warm-up of
@@ -15,16 +15,42 @@
 //! client takes a permit and submits a READ of `BS` bytes (64 by default); then turns (the
 //! server's driver polls and the handler answers each request from its RAM disk with
 //! `resp_rdma`, the client's driver polls and the completion returns the permit) until it
-//! completed. `--fair-sched=yes`: the shm CM's thread must get to run while the driver
-//! spins, or the session never comes up.
+//! completed. With `DEPTH` above 1 (`--iodepth`) the client keeps that many READs in
+//! flight, resubmitting at each completion, and the total over 20,000 is the cost of one
+//! IO at that depth. `--fair-sched=yes`: the shm CM's thread must get to run while the
+//! driver spins, or the session never comes up.
 //!
-//! Measured on branch w-rtrscost (both sides, instructions per round trip):
+//! Measured on branch w-rtrscost (both sides, instructions per round trip at depth 1 and
+//! per IO at depth 128; every row this driver built against that commit's libraries):
 //!
 //! ```text
-//!                                                   bs 64    bs 4096
-//! main (3d6de36)                                    7,521    8,321
+//!                                                   depth 1           depth 128
+//!                                                   bs 64  bs 4096    bs 64  bs 4096
+//! main (3d6de36)                                    7,567   8,367     5,734   6,534
+//! the server posts on a borrowed connection         6,906   7,706     5,073   5,873
+//! the test kit's lies off the posting path          6,827   7,627     4,994   5,794
+//! a READ's answer is one WRITE with immediate       6,676   7,476     4,843   5,643
+//! requests and answers PLACE_ON_POLL (*)            6,846   7,555     5,013   5,722
+//! client IO connections signal every cap/2-th       6,695   7,404     5,029   5,738
+//! slots carry the sender's credits (*)              6,759   7,478     5,046   5,765
+//! one-request chains translated alone               6,565   7,284     4,852   5,571
+//! one path / connection / region: no division       6,489   7,208     4,776   5,495
+//! drain_recv: "more" only when out is full          6,404   7,119     4,773   5,488  (-15%)
 //! ```
-
+//!
+//! (*) More instructions, fewer cache-line transfers: each moves a line between the two
+//! cores off the critical path of a round trip. Lines one side writes and the other then
+//! reads, per depth-1 round trip at bs 64, main -> now: the request's header line in the
+//! chunk and its slot line, the server's `rq_posted` (every request: the server keeps one
+//! receive posted and reposts it just before it answers), the answer's data line and its
+//! slot line, and the client's `rq_posted` (every other answer): 5.5 lines, 4.5 of them
+//! one after another -> the request's slot and the answer's slot, two lines each fetched
+//! together (a small payload rides in the slot, the credits in its spare word): 4 lines, 2
+//! transfer latencies, a round trip's floor. At bs 4096 the answer's 64 data lines still
+//! go to the client's buffer (read when the application reads them). The doorbells (in
+//! scan mode their words stay in the ringer's cache), the peer's `state`, our `fault`
+//! and `sleepers` lines are read every message but written only on errors or sleeps.
+//!
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
