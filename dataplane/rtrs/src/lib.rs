@@ -91,9 +91,12 @@
 //!     [`work::Wr::Register`] (REG_MR or a window bind), and a receive completion that says
 //!     which key a SEND_WITH_INV invalidated ([`work::Wc::invalidated`], `IB_WC_WITH_INV`).
 //!
-//!   `dp-fabric` has none of these yet ([`dp_fabric::SendOp`] stops at RDMA READ); the shm
-//!   provider needs them added (a remote invalidation is the owner's key-table entry
-//!   revoked, as deregistration already does). A client and server that both keep their
+//!   `dp-fabric` has them as type-2 memory windows ([`dp_fabric::SendOp::BindMw`],
+//!   [`dp_fabric::SendOp::LocalInv`], [`dp_fabric::SendOp::SendInv`],
+//!   `Completion::invalidated`); the shm provider implements them, the verbs provider
+//!   refuses windows so far, and the drivers in [`fabric`] do not post them yet (next: a
+//!   window per chunk for `always_invalidate`, a window per permit for per-IO
+//!   registration). A client and server that both keep their
 //!   memory registered once (client: [`clt::Mapped::register`] `None`; server:
 //!   `always_invalidate = false`) need none of it, and spend two work requests less per IO.
 //! * Registered memory the driver owns: the server's chunks (`queue_depth * chunk_size`
@@ -152,12 +155,10 @@
 //! by permit, as in Linux, so a path's lcore owns its table and a failover moves one small
 //! record. Heartbeats, reconnect and failover need nothing from the driver but timers.
 //!
-//! Invalidation on shm (for `always_invalidate` and per-IO registration) needs more than new
-//! work requests: `ib_inc_rkey` rotates a key's low 8 bits (the consumer key), while a dp-shm
-//! key is `generation << 12 | index`, so its low bits name the key-table slot. The shm key
-//! layout must first put the slot in the high bits and a consumer key in the low 8 (its
-//! generation check then covers the consumer key), before `LOCAL_INV` can be the owner's
-//! generation bump and a re-registration a bind under a chosen consumer key.
+//! Invalidation on shm (for `always_invalidate` and per-IO registration): a dp-shm key is
+//! `generation << 20 | index << 8 | consumer`, so `ib_inc_rkey` rotates the consumer key as
+//! on hardware, and a memory window is a key-table entry of its own that a bind rewrites and
+//! an invalidation (local, or a peer's `SEND_WITH_INV` checked by the owner) revokes.
 #![deny(unsafe_code)]
 
 pub mod clt;

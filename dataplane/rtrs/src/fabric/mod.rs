@@ -77,10 +77,11 @@
 //!
 //! The drivers run the **registered-once** mode: client data registered once per path
 //! ([`Mapped::register`](crate::clt::Mapped) `None`), server `always_invalidate = false`.
-//! `LOCAL_INV` and re-registration are not in `dp-fabric` yet: such a request is refused
-//! with `Unsupported`, and a server with `always_invalidate` refuses connections with
-//! `-EOPNOTSUPP` (its `map_chunks` fails). `SEND_WITH_INV` is
-//! ([`SendOp::SendInv`](dp_fabric::types::SendOp::SendInv), verbs only): a server answers a
+//! `LOCAL_INV` and re-registration (memory windows in `dp-fabric`, implemented by shm) are
+//! not posted by these drivers yet: such a request is refused with `Unsupported`, and a
+//! server with `always_invalidate` refuses connections with `-EOPNOTSUPP` (its
+//! `map_chunks` fails). `SEND_WITH_INV` is
+//! ([`SendOp::SendInv`](dp_fabric::types::SendOp::SendInv)): a server answers a
 //! client that asked `NEED_INVAL` (Linux's client does on every read, its buffers are
 //! fast-registered MRs) with it, as Linux's server does. Linux 6.1's client needs it: when a
 //! read's answer comes without it, `complete_rdma_req` posts its own `LOCAL_INV` but keeps
