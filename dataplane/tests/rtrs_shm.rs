@@ -281,7 +281,7 @@ impl Client {
 
     /// Opens a session; `Err` with the path error if the open fails.
     fn try_open(dir: &Path, addrs: &[SocketAddr], policy: MpPolicy) -> Result<Self, PathError> {
-        Self::open_with(dir, addrs, policy, None, false)
+        Self::open_with(dir, addrs, policy, None, false, false)
     }
 
     /// Opens a session with heartbeats every `hb` (default 5 s).
@@ -291,6 +291,7 @@ impl Client {
         policy: MpPolicy,
         hb: Option<Duration>,
         device_per_path: bool,
+        per_io: bool,
     ) -> Result<Self, PathError> {
         let clock = RealClock::new();
         let mut drv = ClientDriver::<Shm>::new(
@@ -301,6 +302,7 @@ impl Client {
             },
         )
         .expect("driver");
+        drv.set_per_io_registration(per_io);
         for a in addrs {
             if device_per_path {
                 drv.add_route_via(*a, dev(dir));
@@ -541,6 +543,36 @@ fn read_and_write_data_integrity_over_shm() {
     let _ = std::fs::remove_dir_all(d);
 }
 
+/// Per-IO registration, as Linux's client: every READ's buffer is a memory window bound
+/// under a fresh key and invalidated before the request completes (the server answers the
+/// `NEED_INVAL` read with SEND_WITH_INV). The data region has no remote right of its own,
+/// so a READ whose window failed could not land: every READ checked, none failed.
+#[test]
+fn per_io_registration_reads_land_through_windows() {
+    let d = dir("perio");
+    let addrs = vec![addr(7111), addr(7112)];
+    let stop = Arc::new(AtomicBool::new(false));
+    let (h, ready) = server(d.clone(), addrs.clone(), Arc::clone(&stop));
+    ready.recv().unwrap();
+    let mut c =
+        Client::open_with(&d, &addrs, MpPolicy::RoundRobin, None, false, true).expect("open");
+    c.run(
+        4000,
+        usize::from(QD),
+        |b| if b % 4 == 0 { Dir::Write } else { Dir::Read },
+        |_| {},
+    );
+    c.drain();
+    let (done, failed, bad) = (c.done, c.failed, c.bad_reads);
+    c.close();
+    stop.store(true, Ordering::Relaxed);
+    let served = h.join().unwrap();
+    assert_eq!((done, failed, bad), (4000, 0, 0));
+    assert_eq!(served.bad_writes, 0);
+    assert!(served.reads > 2500, "{served:?}");
+    let _ = std::fs::remove_dir_all(d);
+}
+
 #[test]
 fn two_paths_round_robin_share_the_load() {
     let d = dir("rr");
@@ -626,6 +658,7 @@ fn fails_over_and_reconnects(name: &str, ports: [u16; 2], serve: Serve, how: Pat
         MpPolicy::RoundRobin,
         None,
         serve.device_per_path,
+        false,
     )
     .expect("open");
     let victim = c.sess.paths().next().unwrap();
@@ -807,7 +840,8 @@ fn server_that_stops_polling_is_detected_by_heartbeats_then_path_reconnects() {
         Serve::default(),
     );
     ready.recv().unwrap();
-    let mut c = Client::open_with(&d, &addrs, MpPolicy::MinInflight, Some(hb), false).unwrap();
+    let mut c =
+        Client::open_with(&d, &addrs, MpPolicy::MinInflight, Some(hb), false, false).unwrap();
     c.run(200, 4, |_| Dir::Read, |_| {});
     c.drain();
     let path = c.sess.paths().next().unwrap();

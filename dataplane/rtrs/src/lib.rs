@@ -94,9 +94,9 @@
 //!   `dp-fabric` has them as type-2 memory windows ([`dp_fabric::SendOp::BindMw`],
 //!   [`dp_fabric::SendOp::LocalInv`], [`dp_fabric::SendOp::SendInv`],
 //!   `Completion::invalidated`); the shm provider implements them, the verbs provider
-//!   refuses windows so far, and the drivers in [`fabric`] do not post them yet (next: a
-//!   window per chunk for `always_invalidate`, a window per permit for per-IO
-//!   registration). A client and server that both keep their
+//!   refuses windows so far. The client driver in [`fabric`] registers per IO with them
+//!   when asked (a window per permit); the server driver does not do `always_invalidate`
+//!   with them yet (a window per chunk). A client and server that both keep their
 //!   memory registered once (client: [`clt::Mapped::register`] `None`; server:
 //!   `always_invalidate = false`) need none of it, and spend two work requests less per IO.
 //! * Registered memory the driver owns: the server's chunks (`queue_depth * chunk_size`

@@ -35,6 +35,7 @@ pub(super) struct Plan {
     pub(super) policy: MpPolicy,
     pub(super) kill_after: Option<f64>,
     pub(super) kill_how: PathKill,
+    pub(super) per_io: bool,
     pub(super) busy: bool,
 }
 
@@ -195,6 +196,7 @@ pub(super) fn measure<P: Provider>(
         },
     )
     .map_err(fail)?;
+    drv.set_per_io_registration(plan.per_io);
     for a in &plan.addrs {
         drv.add_route(*a);
     }

@@ -134,6 +134,10 @@ pub struct RtrsArgs {
     /// How both sides wait when idle.
     #[arg(long, value_enum, default_value_t = PollKind::Hybrid)]
     pub poll: PollKind,
+    /// Client: register each READ's buffer per IO (a memory window under a fresh key,
+    /// invalidated before the request completes), as Linux's client does, instead of once.
+    #[arg(long)]
+    pub per_io_registration: bool,
     /// Server: copy each READ's block into the request's chunk and write it from there, as
     /// Linux's RTRS servers answer, instead of writing it straight from the RAM disk
     /// (`resp_rdma_from`, zero copy; the default).
@@ -324,6 +328,7 @@ impl RtrsArgs {
                     Policy::MinLatency => MpPolicy::MinLatency,
                 },
                 kill_after: self.kill_path_after,
+                per_io: self.per_io_registration,
                 kill_how: match self.kill_how {
                     KillHow::Disconnect => PathKill::Disconnect,
                     KillHow::QpError => PathKill::QpError,

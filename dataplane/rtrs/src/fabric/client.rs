@@ -5,8 +5,10 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use dp_fabric::types::inc_rkey;
 use dp_fabric::{
-    Access, CmChannel, ConnId, Device, MemoryRegion, PostError, ProtectionDomain, Provider, Sge,
+    Access, CmChannel, ConnId, Device, MemoryRegion, MemoryWindow, PostError, ProtectionDomain,
+    Provider, SendOp, Sge,
 };
 use mempool::memory::{Region, RegionConfig};
 
@@ -14,7 +16,7 @@ use super::PathKill;
 use super::qp::{ConnTable, LocalMem, PathConns, QpRes, errno_of, gone, poll_conn};
 use crate::clt::{ClientIo, ClientSession, DataRef, Mapped};
 use crate::timer::Instant;
-use crate::work::{CmEvent, Conn, Dir, OutOfBounds, PathId, QpSizes, RecvBuf, Wr};
+use crate::work::{CmEvent, Conn, Dir, OutOfBounds, PathId, QpSizes, RecvBuf, RegToken, Wr};
 
 /// What the client driver is built with.
 #[derive(Clone, Copy, Debug)]
@@ -43,7 +45,18 @@ struct PathMem<P: Provider> {
     pd: P::Pd,
     iu: P::Mr,
     iu_slot: u32,
+    /// Per-IO registration: a memory window per permit slot, its current key, and the
+    /// bind `map_data` prepared for the slot's request (posted at the head of its chain).
+    windows: Vec<Window<P>>,
     data: Vec<P::Mr>,
+}
+
+/// One permit slot's memory window (per-IO registration).
+struct Window<P: Provider> {
+    /// Held: dropping the window invalidates its key.
+    _mw: P::Mw,
+    key: u32,
+    bind: Option<SendOp>,
 }
 
 impl<P: Provider> LocalMem for PathMem<P> {
@@ -61,6 +74,10 @@ impl<P: Provider> LocalMem for PathMem<P> {
 
     fn chunk_sge(&self, _chunk: u16, _len: u32) -> Option<Sge> {
         None
+    }
+
+    fn bind_of(&self, token: RegToken) -> Option<SendOp> {
+        self.windows.get(usize::try_from(token).ok()?)?.bind
     }
 }
 
@@ -104,6 +121,10 @@ pub struct ClientDriver<P: Provider> {
     paths: Vec<Option<CPath<P>>>,
     iu: Arc<Region>,
     iu_slot: u32,
+    /// Permit slots (windows per path with per-IO registration).
+    slots: u16,
+    /// Paths set up from now on register each READ's buffer per IO (a memory window).
+    per_io: bool,
     regions: Vec<Arc<Region>>,
     scratch: Vec<u8>,
     stats: DriverStats,
@@ -141,6 +162,8 @@ impl<P: Provider> ClientDriver<P> {
             paths: Vec::new(),
             iu,
             iu_slot,
+            slots: cfg.max_queue_depth.max(1),
+            per_io: false,
             regions: Vec::new(),
             scratch: Vec::with_capacity(64),
             stats: DriverStats::default(),
@@ -167,6 +190,27 @@ impl<P: Provider> ClientDriver<P> {
         self.routes.push_back((addr, dev));
     }
 
+    /// Per-IO registration, as Linux's client does it: every READ's buffer is exposed to
+    /// the server under a key of its own, a type-2 memory window of the request's permit
+    /// bound with a fresh consumer key ([`Wr::Register`] at the head of the request's
+    /// chain), and the key is invalid before the request completes (the server answers with
+    /// `SEND_WITH_INV`, asked by `NEED_INVAL`, or the client posts `LOCAL_INV`). The data
+    /// regions are then registered for memory-window binding, never for remote write: a
+    /// server reaches only the buffers of the READs in flight, not the whole region. For
+    /// paths set up after the call (set it before the session opens); the provider must have
+    /// memory windows (shm has; verbs refuses them so far, and those paths fail to connect).
+    pub fn set_per_io_registration(&mut self, on: bool) {
+        self.per_io = on;
+    }
+
+    fn data_access(&self) -> Access {
+        if self.per_io {
+            Access::LOCAL_WRITE | Access::MW_BIND
+        } else {
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE
+        }
+    }
+
     /// Adds a data region (requests name it by the returned number in
     /// [`DataRef::region`]). It is registered on every path for local access and remote
     /// write (READ answers land in it), so it must be shareable with peers for providers
@@ -177,7 +221,12 @@ impl<P: Provider> ClientDriver<P> {
     pub fn add_region(&mut self, region: Arc<Region>) -> Result<u32, dp_fabric::FabricError> {
         for p in self.paths.iter_mut().flatten() {
             if let Some(m) = p.mem.as_mut() {
-                let mr = m.pd.reg_region(&region, 0, region.len(), data_access())?;
+                let access = if m.windows.is_empty() {
+                    Access::LOCAL_WRITE | Access::REMOTE_WRITE
+                } else {
+                    Access::LOCAL_WRITE | Access::MW_BIND
+                };
+                let mr = m.pd.reg_region(&region, 0, region.len(), access)?;
                 m.data.push(mr);
             }
         }
@@ -375,6 +424,7 @@ impl<P: Provider> ClientDriver<P> {
                 conns: Vec::new(),
             });
         }
+        let access = self.data_access();
         let p = self.paths[i].as_mut().expect("made above");
         if p.mem.is_none() {
             let pd = p.dev.alloc_pd().map_err(|e| errno_of(&e))?;
@@ -384,23 +434,32 @@ impl<P: Provider> ClientDriver<P> {
             let mut data = Vec::with_capacity(self.regions.len());
             for r in &self.regions {
                 data.push(
-                    pd.reg_region(r, 0, r.len(), data_access())
+                    pd.reg_region(r, 0, r.len(), access)
                         .map_err(|e| errno_of(&e))?,
                 );
+            }
+            let mut windows = Vec::new();
+            if self.per_io {
+                for _ in 0..self.slots {
+                    let mw = pd.alloc_mw().map_err(|e| errno_of(&e))?;
+                    let key = mw.rkey();
+                    windows.push(Window {
+                        _mw: mw,
+                        key,
+                        bind: None,
+                    });
+                }
             }
             p.mem = Some(PathMem {
                 pd,
                 iu,
                 iu_slot: self.iu_slot,
+                windows,
                 data,
             });
         }
         Ok(p)
     }
-}
-
-fn data_access() -> Access {
-    Access::LOCAL_WRITE | Access::REMOTE_WRITE
 }
 
 impl<P: Provider> PathConns<P> for CPath<P> {
@@ -471,14 +530,14 @@ impl<P: Provider> ClientIo for ClientDriver<P> {
         q.post_recv(&mem.pd, wr_id, buf)
     }
 
-    fn map_data(
-        &mut self,
-        conn: Conn,
-        _slot: u16,
-        data: &DataRef,
-        _dir: Dir,
-    ) -> Result<Mapped, i32> {
-        let (_, mem) = self.split(conn).ok_or(libc::ENOTCONN)?;
+    fn map_data(&mut self, conn: Conn, slot: u16, data: &DataRef, dir: Dir) -> Result<Mapped, i32> {
+        let p = self
+            .paths
+            .get_mut(usize::from(conn.path.idx))
+            .and_then(Option::as_mut)
+            .filter(|p| p.id == conn.path)
+            .ok_or(libc::ENOTCONN)?;
+        let mem = p.mem.as_mut().ok_or(libc::ENOTCONN)?;
         let mr = mem.data.get(data.region as usize).ok_or(libc::EFAULT)?;
         let end = data
             .offset
@@ -487,11 +546,27 @@ impl<P: Provider> ClientIo for ClientDriver<P> {
         if end > mr.len() as u64 {
             return Err(libc::EFAULT);
         }
+        let addr = mr.addr() + data.offset;
+        let (lkey, mut rkey, mut register) = (mr.lkey(), mr.rkey(), None);
+        // A READ's buffer under a key of its own (a WRITE's data is only gathered locally).
+        if dir == Dir::Read && !mem.windows.is_empty() {
+            let w = mem.windows.get_mut(usize::from(slot)).ok_or(libc::EINVAL)?;
+            w.key = inc_rkey(w.key);
+            w.bind = Some(SendOp::BindMw {
+                rkey: w.key,
+                lkey,
+                access: Access::REMOTE_WRITE,
+                addr,
+                len: u64::from(data.len),
+            });
+            rkey = w.key;
+            register = Some(RegToken::from(slot));
+        }
         Ok(Mapped {
-            addr: mr.addr() + data.offset,
-            lkey: mr.lkey(),
-            rkey: mr.rkey(),
-            register: None,
+            addr,
+            lkey,
+            rkey,
+            register,
         })
     }
 

@@ -75,12 +75,16 @@
 //!
 //! # Modes
 //!
-//! The drivers run the **registered-once** mode: client data registered once per path
-//! ([`Mapped::register`](crate::clt::Mapped) `None`), server `always_invalidate = false`.
-//! `LOCAL_INV` and re-registration (memory windows in `dp-fabric`, implemented by shm) are
-//! not posted by these drivers yet: such a request is refused with `Unsupported`, and a
-//! server with `always_invalidate` refuses connections with `-EOPNOTSUPP` (its
-//! `map_chunks` fails). `SEND_WITH_INV` is
+//! The drivers run the **registered-once** mode by default: client data registered once
+//! per path ([`Mapped::register`](crate::clt::Mapped) `None`), server
+//! `always_invalidate = false`. A client may register per IO instead, as Linux's does
+//! ([`ClientDriver::set_per_io_registration`]): a type-2 memory window per permit, bound
+//! under a fresh consumer key for each READ (`Wr::Register` posts the bind) and invalidated
+//! before the request completes (the server's SEND_WITH_INV, or `Wr::LocalInv`); it needs
+//! a provider with memory windows (shm; verbs refuses them so far). The server's
+//! `always_invalidate` (a window per chunk, re-bound for each response) is not posted by
+//! these drivers yet: `Wr::RegChunk` is refused with `Unsupported`, and such a server
+//! refuses connections with `-EOPNOTSUPP` (its `map_chunks` fails). `SEND_WITH_INV` is
 //! ([`SendOp::SendInv`](dp_fabric::types::SendOp::SendInv)): a server answers a
 //! client that asked `NEED_INVAL` (Linux's client does on every read, its buffers are
 //! fast-registered MRs) with it, as Linux's server does. Linux 6.1's client needs it: when a

@@ -14,7 +14,7 @@ use dp_fabric::{
 };
 use mempool::memory::{Region, RegionConfig};
 
-use crate::work::{Conn, QpSizes, RecvBuf, SrcRef, Wc, Wr};
+use crate::work::{Conn, QpSizes, RecvBuf, RegToken, SrcRef, Wc, Wr};
 
 /// The longest chain the state machines post at once (a request with its registration, a
 /// response with its data write and re-registration): longer chains are refused.
@@ -29,6 +29,12 @@ pub(crate) trait LocalMem {
     fn iu_sge(&self, slot: u16, len: u32) -> Option<Sge>;
     /// The first `len` bytes of chunk `chunk` (server).
     fn chunk_sge(&self, chunk: u16, len: u32) -> Option<Sge>;
+    /// The bind a request's per-IO registration `token` stands for ([`Wr::Register`],
+    /// client with per-IO registration): a memory-window bind. `None`: unknown token.
+    fn bind_of(&self, token: RegToken) -> Option<SendOp> {
+        let _ = token;
+        None
+    }
     /// `len` bytes of a handler's source at its offset (server; none on a client).
     fn source_sge(&self, src: SrcRef, len: u32) -> Option<Sge> {
         let _ = (src, len);
@@ -302,7 +308,7 @@ impl<P: Provider> QpRes<P> {
         match chain {
             [w] => {
                 let (sges, n) = sgl_of(w, 0, mem, big_send)?;
-                let wr = send_wr(w, &sges[..n], self.max_inline);
+                let wr = send_wr(w, &sges[..n], self.max_inline, mem);
                 return self.qp.post_send(&[wr]);
             }
             [a, b] if folds(a, b) => {
@@ -334,7 +340,7 @@ impl<P: Provider> QpRes<P> {
                 wrs[n] = fold(&chain[i], b, sgl);
                 i += 2;
             } else {
-                wrs[n] = send_wr(&chain[i], sgl, self.max_inline);
+                wrs[n] = send_wr(&chain[i], sgl, self.max_inline, mem);
                 i += 1;
             }
             n += 1;
@@ -353,7 +359,7 @@ impl<P: Provider> QpRes<P> {
     pub(crate) fn take(&mut self, i: usize, out: &mut Vec<u8>) -> Wc {
         let c = self.wcs[i];
         out.clear();
-        let wc = Wc::from_fabric(&c, None);
+        let wc = Wc::from_fabric(&c, c.invalidated);
         if !wc.is_recv() && c.status.is_ok() {
             return wc;
         }
@@ -432,9 +438,17 @@ fn sgl_of(
             }
             None => 0,
         },
-        Wr::Register { .. } | Wr::LocalInv { .. } | Wr::RegChunk { .. } => {
-            // Local invalidation and per-IO registration: not in dp-fabric yet (see the
-            // module doc); sessions that register once never post these.
+        Wr::Register { token, .. } => {
+            // Per-IO registration: the bind map_data prepared, checked here.
+            if mem.bind_of(token).is_none() {
+                return Err(refuse(PostErrorKind::Unsupported));
+            }
+            0
+        }
+        Wr::LocalInv { .. } => 0,
+        Wr::RegChunk { .. } => {
+            // The server's always_invalidate: not posted by these drivers yet (see the
+            // module doc); sessions that register once never post it.
             return Err(refuse(PostErrorKind::Unsupported));
         }
         Wr::WriteImmEmpty { .. } | Wr::SendInv { .. } | Wr::SendImmMsg { .. } => 0,
@@ -443,7 +457,7 @@ fn sgl_of(
 }
 
 /// The provider's request for `w`, gathering `sgl` (what [`sgl_of`] found for it).
-fn send_wr<'a>(w: &'a Wr<'a>, sgl: &'a [Sge], max_inline: u32) -> SendWr<'a> {
+fn send_wr<'a>(w: &'a Wr<'a>, sgl: &'a [Sge], max_inline: u32, mem: &impl LocalMem) -> SendWr<'a> {
     let mut flags = if w.signaled() {
         SendFlags::SIGNALED
     } else {
@@ -474,9 +488,14 @@ fn send_wr<'a>(w: &'a Wr<'a>, sgl: &'a [Sge], max_inline: u32) -> SendWr<'a> {
         // The answer to a client's NEED_INVAL read (Linux's client always asks, its reads go
         // through fast-registered MRs); a zero-byte SEND_WITH_INV.
         Wr::SendInv { rkey, .. } => (SendOp::SendInv(rkey), Payload::Sgl(&[])),
-        Wr::Register { .. } | Wr::LocalInv { .. } | Wr::RegChunk { .. } => {
-            unreachable!("refused by sgl_of")
-        }
+        // Per-IO registration: the window bind map_data prepared, then (after the answer,
+        // when the server did not invalidate the key) its local invalidation.
+        Wr::Register { token, .. } => match mem.bind_of(token) {
+            Some(op) => (op, Payload::Sgl(&[])),
+            None => unreachable!("refused by sgl_of"),
+        },
+        Wr::LocalInv { key, .. } => (SendOp::LocalInv(key), Payload::Sgl(&[])),
+        Wr::RegChunk { .. } => unreachable!("refused by sgl_of"),
     };
     SendWr {
         wr_id: w.wr_id(),
