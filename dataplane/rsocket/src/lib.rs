@@ -34,6 +34,6 @@ pub use conn::{Ready, Shutdown, StreamConfig, StreamConn};
 pub use ctx::{RecvFlags, RsContext, SendFlagsRs, SockId};
 pub use dgram::RsDatagram;
 pub use error::RsError;
-pub use opts::{RsConfig, SockOpt, SockOptName, SockOpts};
+pub use opts::{RsConfig, STREAM_BUF_DEFAULT, SockOpt, SockOptName, SockOpts};
 pub use poll::{Event, Interest, RsPoll, Source, Token};
 pub use stream::{RsListener, RsStream};

@@ -48,6 +48,7 @@
 //! The module hands out raw pointers only: who writes where, and how writers
 //! in different processes synchronise, is the business of the layers above.
 
+pub mod copy;
 mod error;
 mod huge;
 mod kernel;

@@ -607,7 +607,7 @@ impl Region {
         // SAFETY: the destination range lies inside the live, writable mapping (checked);
         // src is a live slice that cannot overlap the mapping's bytes through a reference
         // (the region never hands out references).
-        unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), self.as_ptr().add(off), src.len()) }
+        unsafe { super::copy::copy_bytes(src.as_ptr(), self.as_ptr().add(off), src.len()) }
     }
 
     /// Copies bytes at `off` out of the region into `dst` (ordering as [`Region::copy_in`]).
@@ -625,9 +625,7 @@ impl Region {
         );
         // SAFETY: the source range lies inside the live mapping (checked); dst is a live
         // exclusive slice outside the mapping.
-        unsafe {
-            core::ptr::copy_nonoverlapping(self.as_ptr().add(off), dst.as_mut_ptr(), dst.len())
-        }
+        unsafe { super::copy::copy_bytes(self.as_ptr().add(off), dst.as_mut_ptr(), dst.len()) }
     }
 
     /// Copies `len` bytes at `src_off` of region `src` to `off` of this one (ordering as

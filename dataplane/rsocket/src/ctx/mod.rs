@@ -217,7 +217,7 @@ impl<P: Provider> RsContext<P> {
 
     /// Creates a stream socket (`rsocket(AF_INET, SOCK_STREAM, 0)`).
     pub fn socket(&self, nonblocking: bool) -> SockId {
-        let s = Sock::new(SockOpts::new(&self.inner.cfg), nonblocking);
+        let s = Sock::new(SockOpts::stream(&self.inner.cfg), nonblocking);
         self.data().alloc_id(s)
     }
 
