@@ -645,9 +645,21 @@ impl Region {
                 r.len
             );
         }
-        // SAFETY: both ranges lie inside live mappings (checked), the destination writable;
-        // `copy` allows the overlap of a region with itself; neither mapping is referenced.
-        unsafe { core::ptr::copy(src.as_ptr().add(src_off), self.as_ptr().add(off), len) }
+        let (from, to) = (
+            src.as_ptr() as usize + src_off,
+            self.as_ptr() as usize + off,
+        );
+        if from.abs_diff(to) < len {
+            // SAFETY: both ranges lie inside live mappings (checked), the destination
+            // writable; `copy` allows their overlap (a region with itself); neither mapping
+            // is referenced.
+            unsafe { core::ptr::copy(src.as_ptr().add(src_off), self.as_ptr().add(off), len) }
+        } else {
+            // SAFETY: as above, and the ranges do not overlap (checked just above).
+            unsafe {
+                super::copy::copy_bytes(src.as_ptr().add(src_off), self.as_ptr().add(off), len)
+            }
+        }
     }
 }
 
