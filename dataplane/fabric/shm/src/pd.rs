@@ -52,7 +52,7 @@ use crate::util::lock;
 use dp_fabric::error::{FabricError, Result};
 use dp_fabric::sync::SpinLock;
 use dp_fabric::traits::{MemoryRegion, MemoryWindow, ProtectionDomain};
-use dp_fabric::types::Access;
+use dp_fabric::types::{Access, SendOp};
 
 /// Most registrations one protection domain exports at a time (all of them travel with
 /// a new connection's endpoint description).
@@ -94,6 +94,28 @@ pub(crate) struct Bind {
     pub access: Access,
     pub addr: u64,
     pub len: u64,
+}
+
+impl Bind {
+    /// The bind a `SendOp::BindMw` asks for; `None` for every other operation.
+    pub(crate) const fn of(op: SendOp) -> Option<Self> {
+        match op {
+            SendOp::BindMw {
+                rkey,
+                lkey,
+                access,
+                addr,
+                len,
+            } => Some(Self {
+                rkey,
+                lkey,
+                access,
+                addr,
+                len,
+            }),
+            _ => None,
+        }
+    }
 }
 
 struct PdState {

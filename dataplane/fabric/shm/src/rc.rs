@@ -377,38 +377,22 @@ impl QpCore {
             return Outcome::Done(WcStatus::WrFlushErr, 0);
         }
         // Local operations: they need nothing of the peer.
-        match op {
-            SendOp::BindMw {
-                rkey,
-                lkey,
-                access,
-                addr,
-                len,
-            } => {
-                let b = Bind {
-                    rkey,
-                    lkey,
-                    access,
-                    addr,
-                    len,
-                };
-                let status = if self.pd.bind(&b) {
-                    WcStatus::Success
-                } else {
-                    // The window or region went away since the post-time check.
-                    WcStatus::MwBindErr
-                };
-                return Outcome::Done(status, 0);
-            }
-            SendOp::LocalInv(key) => {
-                let status = if self.pd.invalidate(key) {
-                    WcStatus::Success
-                } else {
-                    WcStatus::LocQpOpErr
-                };
-                return Outcome::Done(status, 0);
-            }
-            _ => {}
+        if let Some(b) = Bind::of(op) {
+            let status = if self.pd.bind(&b) {
+                WcStatus::Success
+            } else {
+                // The window or region went away since the post-time check.
+                WcStatus::MwBindErr
+            };
+            return Outcome::Done(status, 0);
+        }
+        if let SendOp::LocalInv(key) = op {
+            let status = if self.pd.invalidate(key) {
+                WcStatus::Success
+            } else {
+                WcStatus::LocQpOpErr
+            };
+            return Outcome::Done(status, 0);
         }
         let Some(peer) = self.peer.get() else {
             return Outcome::Done(WcStatus::WrFlushErr, 0);

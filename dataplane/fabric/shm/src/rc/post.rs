@@ -153,29 +153,12 @@ impl QpCore {
                 }
             };
             // No remote invalidation here (shm keys are not fast-registered MRs).
-            match wr.op {
-                SendOp::BindMw {
-                    rkey,
-                    lkey,
-                    access,
-                    addr,
-                    len,
-                } => {
-                    let b = Bind {
-                        rkey,
-                        lkey,
-                        access,
-                        addr,
-                        len,
-                    };
-                    if !wr.is_empty() || !core.pd.bind_is_valid(&b) {
-                        return Err(err(i, PostErrorKind::BadBind));
-                    }
+            if let Some(b) = Bind::of(wr.op) {
+                if !wr.is_empty() || !core.pd.bind_is_valid(&b) {
+                    return Err(err(i, PostErrorKind::BadBind));
                 }
-                SendOp::LocalInv(_) if !wr.is_empty() => {
-                    return Err(err(i, PostErrorKind::Unsupported));
-                }
-                _ => {}
+            } else if matches!(wr.op, SendOp::LocalInv(_)) && !wr.is_empty() {
+                return Err(err(i, PostErrorKind::Unsupported));
             }
             if matches!(
                 wr.op,
