@@ -111,13 +111,14 @@ pub(super) trait Transport {
     /// Listens on `bind` (server side).
     fn listen(&self, bind: SocketAddr, opts: ConnOpts)
     -> Result<Box<dyn Listener + '_>, PerfError>;
-    /// Connects to `addr` with `inline` as the inline size (client side), then the
+    /// Connects to `addr` with `inline` as the inline size (none: the library's default)
+    /// (client side), then the
     /// background connections of `bg`, if any.
     fn connect(
         &self,
         addr: SocketAddr,
         opts: ConnOpts,
-        inline: u32,
+        inline: Option<u32>,
         bg: Option<BgSpec>,
     ) -> Result<Box<dyn Conn>, PerfError>;
 }
@@ -129,7 +130,7 @@ pub(super) trait Listener {
     fn accept(
         &self,
         opts: ConnOpts,
-        inline: u32,
+        inline: Option<u32>,
         bg: Option<BgSpec>,
     ) -> Result<Box<dyn Conn>, PerfError>;
 }

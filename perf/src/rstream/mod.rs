@@ -8,7 +8,9 @@
 //!   1 MiB run, `-S all` runs every size, `-S N` one custom size;
 //! * a latency sweep on one connection (`<size>_lat`: one transfer per iteration,
 //!   `size_to_count(size)` iterations, inline `-i`), then a new connection for the bandwidth
-//!   sweep (`<size>_bw`: one iteration of `size_to_count(size)` transfers, inline 0);
+//!   sweep (`<size>_bw`: one iteration of `size_to_count(size)` transfers, inline 0); a
+//!   custom test (`-S N`, `-I`, `-C`) sets no inline size, so the library's default (64)
+//!   applies, as in rstream;
 //! * every iteration the client sends `xfers` messages and receives `xfers` back, the server
 //!   mirrors; a 16-byte exchange brackets the timed part;
 //! * `-B` sets SO_SNDBUF and SO_RCVBUF (default 512 KiB; rsockets double it);

@@ -235,6 +235,18 @@ pub(super) fn plans(
     Ok((lat, bw))
 }
 
+/// The inline size a test's connection asks for (rstream's `set_options`): `-i` for the
+/// latency sweep (`opt_latency`), 0 for the bandwidth sweep (`opt_bandwidth`), and none
+/// for a custom test (`opt_mixed`: the library's default, 64 bytes), so a custom
+/// `-S 64 -C 1` test sends inline as librdmacm's rstream does.
+pub(super) fn inline_size(lat: bool, custom: bool, inline: u32) -> Option<u32> {
+    match (custom, lat) {
+        (true, _) => None,
+        (false, true) => Some(inline),
+        (false, false) => Some(0),
+    }
+}
+
 /// The row name: `64_lat`, `1m_bw`, or `custom`.
 pub(super) fn name(p: &Plan, lat: bool, custom: bool) -> String {
     if custom {
@@ -258,6 +270,15 @@ mod tests {
         assert_eq!(size_to_count(65536), 1000);
         assert_eq!(size_to_count(1 << 20), 100);
         assert_eq!(TEST_SIZES.iter().filter(|(_, d)| *d).count(), 4);
+    }
+
+    #[test]
+    fn inline_sizes_match_rstream() {
+        assert_eq!(inline_size(true, false, 64), Some(64));
+        assert_eq!(inline_size(false, false, 64), Some(0));
+        // A custom test sets no inline size: the library's default applies.
+        assert_eq!(inline_size(false, true, 64), None);
+        assert_eq!(inline_size(true, true, 384), None);
     }
 
     #[test]

@@ -125,13 +125,15 @@ impl<P: Provider> Rs<P> {
     }
 }
 
-fn rs_opts(opts: ConnOpts, inline: u32) -> [SockOpt; 4] {
-    [
+/// A connection's options; `inline` none leaves the library's default inline size.
+fn rs_opts(opts: ConnOpts, inline: Option<u32>) -> Vec<SockOpt> {
+    let mut v = vec![
         SockOpt::SndBuf(opts.buffer),
         SockOpt::RcvBuf(opts.buffer),
-        SockOpt::Inline(inline),
         SockOpt::NoDelay(true),
-    ]
+    ];
+    v.extend(inline.map(SockOpt::Inline));
+    v
 }
 
 impl<P: Provider> Transport for Rs<P> {
@@ -157,7 +159,7 @@ impl<P: Provider> Transport for Rs<P> {
         &self,
         addr: SocketAddr,
         opts: ConnOpts,
-        inline: u32,
+        inline: Option<u32>,
         bg: Option<BgSpec>,
     ) -> Result<Box<dyn Conn>, PerfError> {
         let one = || {
@@ -194,7 +196,7 @@ impl<P: Provider> Listener for RsListener<P> {
     fn accept(
         &self,
         opts: ConnOpts,
-        inline: u32,
+        inline: Option<u32>,
         bg: Option<BgSpec>,
     ) -> Result<Box<dyn Conn>, PerfError> {
         let one = || -> Result<RsStream<P>, PerfError> {

@@ -10,7 +10,7 @@ use clap::Args;
 use dataplane::fabric::shm::{Shm, ShmConfig, ShmDevice};
 
 use super::conn::{BgSpec, ConnOpts, Transport, fabric_err};
-use super::plan::{Plan, Verify, name, plans, run_test};
+use super::plan::{Plan, Verify, inline_size, name, plans, run_test};
 use super::rsocket::Rs;
 use super::table::{Row, RstreamReport, Scale};
 use super::tcp::Tcp;
@@ -244,7 +244,7 @@ impl RstreamArgs {
             let l = t.listen(bind, opts)?;
             let mut served = 0;
             for (plans, is_lat) in &groups {
-                let inline = if *is_lat && !custom { self.inline } else { 0 };
+                let inline = inline_size(*is_lat, custom, self.inline);
                 let mut c = l.accept(opts, inline, bg(plans[0].size))?;
                 for p in plans {
                     run_test(c.as_mut(), false, *p, &mut buf, &mut v, &timer, None)
@@ -275,7 +275,7 @@ impl RstreamArgs {
         let result = (|| -> Result<Vec<Row>, PerfError> {
             let mut rows = Vec::new();
             for (plans, is_lat) in &groups {
-                let inline = if *is_lat && !custom { self.inline } else { 0 };
+                let inline = inline_size(*is_lat, custom, self.inline);
                 let mut c = t.connect(addr, opts, inline, bg(plans[0].size))?;
                 for p in plans {
                     let mut samples = Vec::new();

@@ -94,7 +94,7 @@ impl Transport for Tcp {
         &self,
         addr: SocketAddr,
         opts: ConnOpts,
-        _inline: u32,
+        _inline: Option<u32>,
         bg: Option<BgSpec>,
     ) -> Result<Box<dyn Conn>, PerfError> {
         no_background(bg)?;
@@ -109,7 +109,7 @@ impl Listener for TcpListener {
     fn accept(
         &self,
         opts: ConnOpts,
-        _inline: u32,
+        _inline: Option<u32>,
         bg: Option<BgSpec>,
     ) -> Result<Box<dyn Conn>, PerfError> {
         no_background(bg)?;

@@ -208,24 +208,49 @@ impl<P: Provider> Data<P> {
         self.stream(id).is_ok_and(|st| st.conn.has_unposted())
     }
 
-    pub(super) fn recv(
+    /// One attempt of a receive on `id`: a receive, and if that would block,
+    /// [`progress_one`](Self::progress_one) and a second receive if the progress did
+    /// something; with the socket's non-blocking flag. The socket is looked up once for
+    /// all of it (this is every spin of a reader waiting for its answer).
+    ///
+    /// # Errors
+    /// [`RsError::BadSocket`] if `id` names no socket; the receive's own result otherwise.
+    pub(super) fn recv_polled(
         &mut self,
         id: SockId,
         buf: &mut [u8],
         peek: bool,
-    ) -> Result<usize, RsError> {
-        let st = self.stream_io(id)?;
-        if st.phase != Phase::Established {
-            return Err(RsError::WouldBlock);
+    ) -> Result<(Result<usize, RsError>, bool), RsError> {
+        let sock = self
+            .socks
+            .get_mut(id.0 as usize)
+            .and_then(Option::as_mut)
+            .ok_or(RsError::BadSocket)?;
+        let nonblocking = sock.nonblocking;
+        let mut blocked = false;
+        let r = match &mut sock.kind {
+            Kind::Stream(st) => {
+                let r = stream_recv(st, buf, peek);
+                blocked = matches!(r, Err(RsError::WouldBlock));
+                // A poll that brought nothing leaves the answer as it was.
+                if blocked && st.progress(&mut self.scratch) > 0 {
+                    stream_recv(st, buf, peek)
+                } else {
+                    r
+                }
+            }
+            Kind::Opening => {
+                blocked = true;
+                Err(RsError::WouldBlock)
+            }
+            Kind::Failed(e) => Err(*e),
+            _ => Err(RsError::NotConnected),
+        };
+        if blocked && !self.unposted.is_empty() {
+            // As `progress_one`: the sockets with buffered sends move too.
+            self.progress_unposted();
         }
-        let (c, mut io) = st.io();
-        let r = c.recv(buf, peek, &io);
-        if matches!(r, Ok(n) if n > 0) && !peek {
-            // Return credits at once: senders stall otherwise (re-posts may wait: see
-            // `StreamConn::after_data`).
-            c.after_data(&mut io);
-        }
-        r
+        Ok((r, nonblocking))
     }
 
     /// `riowrite` on an established stream.
@@ -266,4 +291,24 @@ impl<P: Provider> Data<P> {
             },
         })
     }
+}
+
+/// A receive on an established stream (`rrecv`'s core): the bytes queued, and the credits
+/// returned at once when some were consumed.
+fn stream_recv<P: Provider>(
+    st: &mut Stream<P>,
+    buf: &mut [u8],
+    peek: bool,
+) -> Result<usize, RsError> {
+    if st.phase != Phase::Established {
+        return Err(RsError::WouldBlock);
+    }
+    let (c, mut io) = st.io();
+    let r = c.recv(buf, peek, &io);
+    if matches!(r, Ok(n) if n > 0) && !peek {
+        // Return credits at once: senders stall otherwise (re-posts may wait: see
+        // `StreamConn::after_data`).
+        c.after_data(&mut io);
+    }
+    r
 }

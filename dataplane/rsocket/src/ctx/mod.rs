@@ -386,15 +386,8 @@ impl<P: Provider> RsContext<P> {
         let mut w = Waiter::new(self.polling_time);
         let mut armed: Option<Armed> = None;
         loop {
-            let (r, nonblocking) = {
-                let mut c = self.data();
-                let mut r = c.recv(id, &mut buf[done..], flags.peek);
-                // A poll that brought nothing leaves the answer as it was.
-                if matches!(r, Err(RsError::WouldBlock)) && c.progress_one(id) > 0 {
-                    r = c.recv(id, &mut buf[done..], flags.peek);
-                }
-                (r, c.sock(id)?.nonblocking || flags.dontwait)
-            };
+            let (r, nonblocking) = self.data().recv_polled(id, &mut buf[done..], flags.peek)?;
+            let nonblocking = nonblocking || flags.dontwait;
             match r {
                 Ok(0) => return Ok(done),
                 Ok(n) => {
