@@ -58,7 +58,7 @@ pub(crate) fn send_opcode(op: SendOp) -> (ffi::ibv_wr_opcode::Type, Option<u32>)
         SendOp::Write(_) => (wro::IBV_WR_RDMA_WRITE, None),
         SendOp::WriteImm(_, imm) => (wro::IBV_WR_RDMA_WRITE_WITH_IMM, Some(imm.to_be())),
         SendOp::Read(_) => (wro::IBV_WR_RDMA_READ, None),
-        // Refused at post time (`check_send`): this provider has no memory windows yet.
+        // Posted by `VerbsQp::post_bind`, which fills the bind part.
         SendOp::BindMw { .. } => (wro::IBV_WR_BIND_MW, None),
         SendOp::LocalInv(rkey) => (wro::IBV_WR_LOCAL_INV, Some(rkey)),
     }
@@ -114,6 +114,7 @@ pub(crate) fn wc_status(raw: ffi::ibv_wc_status::Type) -> WcStatus {
         wcs::IBV_WC_LOC_PROT_ERR => WcStatus::LocProtErr,
         wcs::IBV_WC_WR_FLUSH_ERR => WcStatus::WrFlushErr,
         wcs::IBV_WC_REM_INV_REQ_ERR => WcStatus::RemInvReqErr,
+        wcs::IBV_WC_MW_BIND_ERR => WcStatus::MwBindErr,
         wcs::IBV_WC_REM_ACCESS_ERR => WcStatus::RemAccessErr,
         wcs::IBV_WC_REM_OP_ERR => WcStatus::RemOpErr,
         wcs::IBV_WC_RETRY_EXC_ERR => WcStatus::RetryExcErr,
@@ -159,6 +160,7 @@ mod tests {
             (wcs::IBV_WC_LOC_PROT_ERR, WcStatus::LocProtErr),
             (wcs::IBV_WC_WR_FLUSH_ERR, WcStatus::WrFlushErr),
             (wcs::IBV_WC_REM_INV_REQ_ERR, WcStatus::RemInvReqErr),
+            (wcs::IBV_WC_MW_BIND_ERR, WcStatus::MwBindErr),
             (wcs::IBV_WC_REM_ACCESS_ERR, WcStatus::RemAccessErr),
             (wcs::IBV_WC_REM_OP_ERR, WcStatus::RemOpErr),
             (wcs::IBV_WC_RETRY_EXC_ERR, WcStatus::RetryExcErr),
@@ -171,12 +173,7 @@ mod tests {
             assert_eq!(st.to_raw(), raw, "{st:?}");
             assert_eq!(WcStatus::from_raw(raw), st);
         }
-        for raw in [
-            wcs::IBV_WC_MW_BIND_ERR,
-            wcs::IBV_WC_BAD_RESP_ERR,
-            wcs::IBV_WC_FATAL_ERR,
-            99,
-        ] {
+        for raw in [wcs::IBV_WC_BAD_RESP_ERR, wcs::IBV_WC_FATAL_ERR, 99] {
             assert_eq!(wc_status(raw), WcStatus::Other(raw));
         }
     }

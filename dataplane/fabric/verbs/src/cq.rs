@@ -113,6 +113,12 @@ impl VerbsCq {
     }
 }
 
+/// The kernel's `IB_WC_WITH_INVALIDATE` (`1 << 2`; libibverbs' `IBV_WC_WITH_INV` is
+/// `1 << 3`). Providers whose completions the kernel writes (Soft-RoCE copies the kernel's
+/// `ib_uverbs_wc` into the user's queue) pass the kernel's bits through, where this bit is
+/// libibverbs' `IBV_WC_IP_CSUM_OK`, which a reliable-connected receive never reports.
+const KERNEL_WC_WITH_INVALIDATE: u32 = 1 << 2;
+
 /// Converts one work completion, or `None` if it belongs to no attached queue pair.
 fn convert(tab: &[Arc<Track>], wc: &ffi::ibv_wc) -> Option<Completion> {
     let i = tab.binary_search_by_key(&wc.qp_num, |e| e.qpn).ok()?;
@@ -141,7 +147,9 @@ fn convert(tab: &[Arc<Track>], wc: &ffi::ibv_wc) -> Option<Completion> {
             c.imm = Some(u32::from_be(unsafe {
                 wc.imm_data_invalidated_rkey_union.imm_data
             }));
-        } else if wc.wc_flags & ffi::ibv_wc_flags::IBV_WC_WITH_INV.0 != 0 {
+        } else if wc.wc_flags & ffi::ibv_wc_flags::IBV_WC_WITH_INV.0 != 0
+            || (!t.ud && wc.wc_flags & KERNEL_WC_WITH_INVALIDATE != 0)
+        {
             // SAFETY: with IBV_WC_WITH_INV set the union holds the invalidated key (host
             // order).
             c.invalidated = Some(unsafe { wc.imm_data_invalidated_rkey_union.invalidated_rkey });

@@ -49,6 +49,8 @@ pub(crate) struct DevInner {
     pub gid_tbl_len: usize,
     /// Physical ports.
     pub ports: u8,
+    /// Memory windows the device supports (`max_mw`; 0: none).
+    pub max_mw: u32,
     next_id: AtomicU64,
 }
 
@@ -243,6 +245,7 @@ unsafe fn query(list: DevList, ctx: *mut ffi::ibv_context, cfg: VerbsConfig) -> 
         cfg,
         gid_tbl_len: usize::try_from(pa.gid_tbl_len).unwrap_or(0),
         ports: da.phys_port_cnt,
+        max_mw: u32::try_from(da.max_mw).unwrap_or(0),
         next_id: AtomicU64::new(1),
     })
 }

@@ -13,6 +13,7 @@
 //! | [`VerbsDevice`] | librdmacm's `ibv_context` for the device | the `rdma_get_devices` list |
 //! | [`VerbsPd`] | `ibv_pd` | device |
 //! | [`VerbsMr`] | `ibv_mr` | protection domain, and the mempool region (`reg_region`) |
+//! | [`VerbsMw`] | `ibv_mw` (type 2) | protection domain |
 //! | [`VerbsCq`] | `ibv_cq` | device |
 //! | [`VerbsQp`] | `rdma_cm_id` + its `ibv_qp` | CM channel, both CQs, protection domain |
 //! | [`VerbsUdQp`] | `ibv_qp` (UD) | both CQs, protection domain, recently used address handles |
@@ -42,6 +43,34 @@
 //! an error completion's opcode is undefined, and lets a completion left over from a
 //! destroyed queue pair be recognised (by a per-queue-pair tag) and dropped instead of being
 //! attributed to a new queue pair that got the same number.
+//!
+//! # Memory windows
+//!
+//! [`VerbsPd::alloc_mw`](dp_fabric::ProtectionDomain::alloc_mw) allocates a type-2 window
+//! (`ibv_alloc_mw`); devices reporting `max_mw = 0` get `EOPNOTSUPP`. Each protection domain
+//! keeps a table of its regions (by local key) and windows (by the upper 24 bits of their
+//! key), updated under a mutex as they are created and destroyed. A
+//! [`SendOp::BindMw`](dp_fabric::SendOp::BindMw) is checked against it before it is posted
+//! (the device's rules, IBA C10-72 to C10-75: a window and a `MW_BIND` region of this domain,
+//! a non-empty range inside the region, remote rights only, remote write only over local
+//! write), refused with `BadBind` otherwise, and posted in a chain of its own with the table
+//! locked: the request carries the `ibv_mw`/`ibv_mr` pointers, and the window's
+//! `ibv_mw.rkey` is then set to the new key, since the next bind passes it to the device as
+//! the window's current key (libibverbs' `ibv_bind_mw` does the same for type-1 windows).
+//!
+//! A bound type-2 window cannot be bound again before it is invalidated (o10-37.2.30): post
+//! [`SendOp::LocalInv`](dp_fabric::SendOp::LocalInv) first, or have the peer's SEND with
+//! invalidate do it. What the Soft-RoCE lab (Linux 6.1 `rdma_rxe`) showed:
+//! - windows are type 2B: a bound window is reachable only through the queue pair that
+//!   bound it;
+//! - an access through a window is checked against the bounds of the region it is bound
+//!   to, not the window's own range (the kernel's `check_rkey`), so on rxe a window exposes
+//!   its whole region to the peer;
+//! - a received SEND with invalidate reports the kernel's `IB_WC_WITH_INVALIDATE` bit
+//!   (`1 << 2`, libibverbs' `IBV_WC_IP_CSUM_OK`) rather than `IBV_WC_WITH_INV`; reliable
+//!   receives here take either as the invalidation flag;
+//! - a responder that fails an invalidation (a key that names no bound window) moves to the
+//!   error state without a NAK, and the sender's queue pair saw no error for a minute.
 //!
 //! Immediate data is a host-order `u32` in this API and network order on the wire
 //! (`htonl` at post, `ntohl` at poll), as librdmacm's rsocket expects.

@@ -1,6 +1,7 @@
 //! Protection domains and memory regions.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use mempool::memory::Region;
 use rdma_sys as ffi;
@@ -16,6 +17,67 @@ use dp_fabric::types::Access;
 pub(crate) struct PdInner {
     pub pd: *mut ffi::ibv_pd,
     pub dev: Arc<DevInner>,
+    /// The domain's memory regions and windows, for the post-time checks of a window bind
+    /// and the `ibv_mr`/`ibv_mw` pointers `IBV_WR_BIND_MW` needs (see [`Keys`]).
+    keys: Mutex<Keys>,
+}
+
+/// What a window bind needs to know of a registered region.
+#[derive(Clone, Copy)]
+pub(crate) struct MrRec {
+    pub mr: *mut ffi::ibv_mr,
+    pub addr: u64,
+    pub len: u64,
+    pub access: Access,
+}
+
+/// The memory regions (by local key) and windows (by the upper 24 bits of their key) of one
+/// protection domain. An entry is added when the object is created and removed, under the
+/// same lock, before it is destroyed, so a bind that found its region and window here can
+/// post with their pointers while it holds the lock.
+///
+/// A window's `ibv_mw.rkey` is kept equal to the key it is bound under (the last bind
+/// posted): `IBV_WR_BIND_MW` passes it as the window's current key, which the device
+/// checks, as libibverbs' own `ibv_bind_mw` does for type-1 windows.
+#[derive(Default)]
+pub(crate) struct Keys {
+    mrs: HashMap<u32, MrRec>,
+    mws: HashMap<u32, *mut ffi::ibv_mw>,
+}
+
+impl Keys {
+    /// The post-time check of a window bind, the rules a verbs device applies when it
+    /// executes one (IBA C10-72 to C10-75): `rkey`'s upper 24 bits name a window of this
+    /// domain, `lkey` a region of it registered with `MW_BIND`, the range is not empty and
+    /// lies inside the region, the rights are remote ones, and remote write has a region
+    /// with local write. Returns the window and the region to post with.
+    pub(crate) fn check_bind(
+        &self,
+        rkey: u32,
+        lkey: u32,
+        access: Access,
+        addr: u64,
+        len: u64,
+    ) -> Option<(*mut ffi::ibv_mw, MrRec)> {
+        let mw = *self.mws.get(&(rkey >> 8))?;
+        let mr = *self.mrs.get(&lkey)?;
+        let remote = Access::REMOTE_READ | Access::REMOTE_WRITE;
+        let inside = addr >= mr.addr && addr.checked_add(len)? <= mr.addr.checked_add(mr.len)?;
+        let ok = len > 0
+            && inside
+            && access.bits() & !remote.bits() == 0
+            && mr.access.contains(Access::MW_BIND)
+            && (!access.contains(Access::REMOTE_WRITE) || mr.access.contains(Access::LOCAL_WRITE));
+        ok.then_some((mw, mr))
+    }
+}
+
+impl PdInner {
+    /// The domain's key table, locked. A poisoned lock is taken over: every update of the
+    /// table is a single insert or remove.
+    pub(crate) fn keys(&self) -> MutexGuard<'_, Keys> {
+        self.keys.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 // SAFETY: ibv_pd handles may be used from any thread (libibverbs is thread safe); the
@@ -62,6 +124,7 @@ impl VerbsPd {
             inner: Arc::new(PdInner {
                 pd,
                 dev: dev.clone(),
+                keys: Mutex::new(Keys::default()),
             }),
         })
     }
@@ -107,6 +170,15 @@ impl VerbsPd {
         }
         // SAFETY: mr was just returned by ibv_reg_mr; its keys are plain data.
         let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
+        self.inner.keys().mrs.insert(
+            lkey,
+            MrRec {
+                mr,
+                addr: a,
+                len: len as u64,
+                access,
+            },
+        );
         Ok(VerbsMr {
             mr,
             _pd: self.inner.clone(),
@@ -151,25 +223,81 @@ impl ProtectionDomain for VerbsPd {
         self.register(addr, len, access, None)
     }
 
-    /// Not implemented on this provider yet (`ibv_alloc_mw` and `IBV_WR_BIND_MW`):
-    /// always fails with `EOPNOTSUPP`, and binds and local invalidations are refused at
-    /// post time.
+    /// A type-2 window (`ibv_alloc_mw`). It is bound with [`SendOp::BindMw`] on a queue
+    /// pair of this domain and, as type-2 windows are on verbs devices (IBA o10-37.2.30),
+    /// must be invalidated before it is bound again. On rxe (type 2B) a bound window is
+    /// reachable only through the queue pair that bound it.
+    ///
+    /// [`SendOp::BindMw`]: dp_fabric::SendOp::BindMw
     fn alloc_mw(&self) -> Result<VerbsMw> {
-        Err(FabricError::Io {
-            op: "allocating a memory window (the verbs provider has no memory windows yet)",
+        let unsupported = |why: &'static str| FabricError::Io {
+            op: why,
             source: std::io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+        };
+        if self.inner.dev.max_mw == 0 {
+            return Err(unsupported(
+                "allocating a memory window (this RDMA device reports max_mw = 0: it has none)",
+            ));
+        }
+        // SAFETY: pd is live; ibv_alloc_mw returns a new window or null (errno set).
+        let mw = unsafe { ffi::ibv_alloc_mw(self.inner.pd, ffi::ibv_mw_type::IBV_MW_TYPE_2) };
+        let mw = match mw {
+            None => {
+                return Err(unsupported(
+                    "allocating a memory window (this device's provider library has no ibv_alloc_mw)",
+                ));
+            }
+            Some(p) if p.is_null() => return Err(FabricError::last_os("ibv_alloc_mw")),
+            Some(p) => p,
+        };
+        // SAFETY: mw was just returned by ibv_alloc_mw; its key is plain data.
+        let rkey = unsafe { (*mw).rkey };
+        self.inner.keys().mws.insert(rkey >> 8, mw);
+        Ok(VerbsMw {
+            mw,
+            pd: self.inner.clone(),
+            rkey,
         })
     }
 }
 
-/// A memory window of the verbs provider: none can exist yet (see
-/// [`VerbsPd::alloc_mw`](ProtectionDomain::alloc_mw)).
-#[derive(Debug)]
-pub enum VerbsMw {}
+/// A type-2 memory window of the verbs provider (see
+/// [`VerbsPd::alloc_mw`](ProtectionDomain::alloc_mw)). Dropping it deallocates it, which
+/// makes every key it was bound under invalid.
+pub struct VerbsMw {
+    mw: *mut ffi::ibv_mw,
+    pd: Arc<PdInner>,
+    rkey: u32,
+}
+
+// SAFETY: the window's pointer is used only under its domain's key-table lock (binds, and
+// Drop); libibverbs allows that from any thread.
+unsafe impl Send for VerbsMw {}
+// SAFETY: as above; `rkey` is immutable.
+unsafe impl Sync for VerbsMw {}
+
+impl core::fmt::Debug for VerbsMw {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("VerbsMw")
+            .field("rkey", &format_args!("{:#x}", self.rkey))
+            .finish()
+    }
+}
 
 impl MemoryWindow for VerbsMw {
     fn rkey(&self) -> u32 {
-        match *self {}
+        self.rkey
+    }
+}
+
+impl Drop for VerbsMw {
+    fn drop(&mut self) {
+        // Out of the table first, under its lock, so no bind can be posted with the
+        // pointer once it is freed. A failure (device removed) leaks the window.
+        let mut keys = self.pd.keys();
+        keys.mws.remove(&(self.rkey >> 8));
+        // SAFETY: mw came from ibv_alloc_mw and is deallocated once; its PD is alive.
+        unsafe { ffi::ibv_dealloc_mw(self.mw) };
     }
 }
 
@@ -206,8 +334,14 @@ impl core::fmt::Debug for VerbsMr {
 
 impl Drop for VerbsMr {
     fn drop(&mut self) {
-        // A failure (device removed) leaks the registration rather than panicking in Drop;
-        // the region itself is released after this, by the Arc.
+        // Out of the domain's table first, under its lock, so no window bind is posted with
+        // the pointer once it is freed. A failure (device removed) leaks the registration
+        // rather than panicking in Drop; the region itself is released after this, by the
+        // Arc.
+        let mut keys = self._pd.keys();
+        if keys.mrs.get(&self.lkey).is_some_and(|r| r.mr == self.mr) {
+            keys.mrs.remove(&self.lkey);
+        }
         // SAFETY: mr came from ibv_reg_mr and is deregistered once; its PD is alive (_pd).
         unsafe { ffi::ibv_dereg_mr(self.mr) };
     }

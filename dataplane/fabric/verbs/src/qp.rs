@@ -15,7 +15,7 @@ use crate::track::Track;
 use crate::{MAX_SGE, Verbs};
 use dp_fabric::error::{FabricError, PostError, PostErrorKind, Result};
 use dp_fabric::traits::{ConnId, QpInit, RcQueuePair};
-use dp_fabric::types::{Payload, QpCaps, QpState, RecvWr, SendOp, SendWr};
+use dp_fabric::types::{Access, Payload, QpCaps, QpState, RecvWr, SendOp, SendWr};
 
 /// Checks that the protection domain and completion queues of `init` live on device
 /// context `ctx` (the one an id resolved to), which `rdma_create_qp` requires.
@@ -87,7 +87,7 @@ pub struct VerbsQp {
     chan: Arc<ChanInner>,
     send_cq: Arc<CqInner>,
     recv_cq: Arc<CqInner>,
-    _pd: Arc<PdInner>,
+    pd: Arc<PdInner>,
 }
 
 // SAFETY: the queue pair is posted to only through &mut self; libibverbs allows posting and
@@ -149,7 +149,7 @@ impl VerbsQp {
             chan: chan.clone(),
             send_cq: init.send_cq.inner.clone(),
             recv_cq: init.recv_cq.inner.clone(),
-            _pd: init.pd.inner.clone(),
+            pd: init.pd.inner.clone(),
         })
     }
 
@@ -193,9 +193,12 @@ impl VerbsQp {
         if !matches!(state, QpState::Rts | QpState::Error) {
             return Err(PostErrorKind::BadState(state));
         }
-        // No memory windows on this provider yet (ibv_alloc_mw + IBV_WR_BIND_MW).
-        if matches!(wr.op, SendOp::BindMw { .. } | SendOp::LocalInv(_)) {
-            return Err(PostErrorKind::Unsupported);
+        // Binds and local invalidations carry no data (the bind's other rules are checked
+        // against the domain's key table by `post_bind`).
+        match wr.op {
+            SendOp::BindMw { .. } if !wr.is_empty() => return Err(PostErrorKind::BadBind),
+            SendOp::LocalInv(_) if !wr.is_empty() => return Err(PostErrorKind::Unsupported),
+            _ => {}
         }
         let nsge = match wr.payload {
             Payload::Sgl(s) => {
@@ -221,6 +224,51 @@ impl VerbsQp {
             return Err(PostErrorKind::QueueFull);
         }
         Ok(nsge)
+    }
+
+    /// Posts window bind `wr` (request `index` of the caller's slice) as a chain of its own,
+    /// with the domain's key table locked: the window and the region must be in it (see
+    /// [`Keys::check_bind`](crate::pd::Keys::check_bind)), and once the device took the
+    /// request the window's `ibv_mw.rkey` is its new key.
+    fn post_bind(
+        &mut self,
+        index: usize,
+        wr: &SendWr<'_>,
+        state: QpState,
+        (rkey, lkey, access, addr, len): (u32, u32, Access, u64, u64),
+    ) -> core::result::Result<(), PostError> {
+        let pd = self.pd.clone();
+        let keys = pd.keys();
+        let Some((mw, mr)) = keys.check_bind(rkey, lkey, access, addr, len) else {
+            return Err(PostError {
+                index,
+                kind: PostErrorKind::BadBind,
+            });
+        };
+        let seq = self.sq_posted;
+        let hw_id = self.track.stage_send(seq, wr.wr_id, wr.op.wc_opcode());
+        let w = self.sscratch.push(
+            hw_id,
+            ffi::ibv_wr_opcode::IBV_WR_BIND_MW,
+            send_flags(wr.flags, false),
+            None,
+            core::iter::empty(),
+        );
+        w.bind_mw_tso_union.bind_mw = ffi::bind_mw_t {
+            mw,
+            rkey,
+            bind_info: ffi::ibv_mw_bind_info {
+                mr: mr.mr,
+                addr,
+                length: len,
+                mw_access_flags: conv::access_flags(access),
+            },
+        };
+        self.flush_send(index, state)?;
+        // SAFETY: mw is live while it is in the locked table; the device copied the
+        // request, so the window's key is now the one it is bound under.
+        unsafe { (*mw).rkey = rkey };
+        Ok(())
     }
 
     /// Posts the chain built so far; `base` is the index of its first request in the
@@ -300,6 +348,21 @@ impl RcQueuePair for VerbsQp {
                     return Err(PostError { index: i, kind });
                 }
             };
+            if let SendOp::BindMw {
+                rkey,
+                lkey,
+                access,
+                addr,
+                len,
+            } = wr.op
+            {
+                // Alone in its chain: the device reads the window's current key from the
+                // ibv_mw when the chain is posted (see pd::Keys).
+                self.flush_send(base, state)?;
+                self.post_bind(i, wr, state, (rkey, lkey, access, addr, len))?;
+                base = i + 1;
+                continue;
+            }
             if self.sscratch.full(nsge) {
                 self.flush_send(base, state)?;
                 base = i;
@@ -308,6 +371,14 @@ impl RcQueuePair for VerbsQp {
             let hw_id = self.track.stage_send(seq, wr.wr_id, wr.op.wc_opcode());
             let (opcode, imm) = send_opcode(wr.op);
             let w = match wr.payload {
+                // No scatter list, even of empty entries (devices refuse one).
+                _ if matches!(wr.op, SendOp::LocalInv(_)) => self.sscratch.push(
+                    hw_id,
+                    opcode,
+                    send_flags(wr.flags, false),
+                    imm,
+                    core::iter::empty(),
+                ),
                 Payload::Sgl(s) => {
                     let f = send_flags(wr.flags, false);
                     self.sscratch
