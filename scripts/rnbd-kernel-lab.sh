@@ -16,6 +16,8 @@
 #                --verify pattern over 4 MiB, read back and checked by ours, then the server's /dev/ram0 read
 #                with O_DIRECT and checked sector by sector (kernel-lab/check_pattern.py); on failure the
 #                RoCE capture of w0a is decoded
+#   ours-kern-mw the same with --per-io-registration: every READ lands through a memory window of ours
+#                that the kernel server invalidates with SEND_WITH_INV
 #   kern-ours    kernel client (map_device) -> our server (dp-perf blk --server, mem backend): 8 MiB random
 #                data written with dd O_DIRECT to /dev/rnbdN, read back, compared
 #   ok-qd32      our client -> kernel server at QD 32: randrw 4 KiB --verify, every read checked
@@ -235,6 +237,24 @@ else
   result FAIL ours-kern "$(tail -1 "$log/ours-kern.out") | kernel: $(klog 3)"
 fi
 sed 's/^/    /' "$log/ours-kern.out" | head -20
+
+section "ours-kern-mw: our client with per-IO registration (memory windows on rxe) -> kernel server"
+# Every READ's buffer is bound to a type-2 window under a fresh key and the request asks
+# NEED_INVAL, so the kernel server answers each READ with a SEND_WITH_INV of our window's
+# key (rtrs-srv's rdma_write_sg): rxe invalidates the window, and our client binds it again
+# for the next READ. A key the kernel failed to invalidate makes that bind fail.
+dd if=/dev/zero of=/dev/ram0 bs=1M count=8 oflag=direct status=none
+if timeout 120 "$bin" blk --client 10.78.0.2:1234 --provider verbs -d rxw0a --device-path /dev/ram0 \
+  --rw write --bs 4k --size 4m --iodepth 8 --verify --per-io-registration >"$log/ours-kern-mw.out" 2>&1; then
+  if chk=$(python3 "$here/check_pattern.py" /dev/ram0 $((4 << 20))); then
+    result PASS ours-kern-mw "4 MiB written, read back through per-IO windows and verified; server /dev/ram0: $chk"
+  else
+    result FAIL ours-kern-mw "ours verified, but the server's /dev/ram0: $chk"
+  fi
+else
+  sed 's/^/    /' "$log/ours-kern-mw.out"
+  result FAIL ours-kern-mw "$(tail -1 "$log/ours-kern-mw.out") | kernel: $(klog 3)"
+fi
 
 # The kernel's RTRS server registers each chunk's MR again for every answer
 # (always_invalidate=Y, the default): a REG_MR chained before the answer's SEND. 6.1's rxe

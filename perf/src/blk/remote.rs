@@ -177,7 +177,9 @@ pub struct RemoteTarget<P: Provider> {
 
 impl<P: Provider> RemoteTarget<P> {
     /// Connects to the server at `addrs` (one path each), maps `name` read-write, and makes
-    /// `iodepth` buffers of `bs` bytes.
+    /// `iodepth` buffers of `bs` bytes. With `per_io`, every READ's buffer is exposed to
+    /// the server under a memory window of its own, invalidated before the READ completes
+    /// ([`ClientDriver::set_per_io_registration`]), as Linux's client registers per IO.
     ///
     /// # Errors
     /// Connecting, mapping, allocating; each says which.
@@ -187,6 +189,7 @@ impl<P: Provider> RemoteTarget<P> {
         name: &str,
         bs: u32,
         iodepth: u32,
+        per_io: bool,
     ) -> Result<Self, PerfError> {
         let clock = RealClock::new();
         let bytes = bs as usize * iodepth as usize;
@@ -223,7 +226,7 @@ impl<P: Provider> RemoteTarget<P> {
         // out, and a session whose opening path fails is closed: open a new one until one
         // opens or the patience runs out.
         let (mut cl, region, first) = loop {
-            let (mut cl, region) = Self::open(Arc::clone(&dev), addrs, &bufs, bs, &clock)?;
+            let (mut cl, region) = Self::open(Arc::clone(&dev), addrs, &bufs, bs, per_io, &clock)?;
             match wait(&mut cl, "the RNBD session") {
                 Err(_) if cl.open_error().is_some() && start.elapsed() < PATIENCE => {
                     std::thread::sleep(Duration::from_millis(50));
@@ -279,11 +282,13 @@ impl<P: Provider> RemoteTarget<P> {
         addrs: &[SocketAddr],
         bufs: &Arc<Region>,
         bs: u32,
+        per_io: bool,
         clock: &RealClock,
     ) -> Result<(RnbdClient<P>, u32), PerfError> {
         let dcfg = ClientDriverConfig::default();
         let depth = dcfg.max_queue_depth;
         let mut drv = ClientDriver::<P>::new(dev, dcfg).map_err(|e| fail("the RTRS client", e))?;
+        drv.set_per_io_registration(per_io);
         for a in addrs {
             drv.add_route(*a);
         }
