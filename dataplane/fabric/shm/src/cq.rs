@@ -130,14 +130,18 @@ impl ShmCq {
         // so the attention ring (one entry per queue pair, doubled for slack) is sized by it.
         let max_slots = cap.clamp(32, DOORBELL_SLOTS);
         let (atx, arx) = Ring::<u32>::mpsc(2 * max_slots).map_err(ring_err)?;
-        let mut slots = Vec::with_capacity(DOORBELL_SLOTS);
-        slots.resize_with(DOORBELL_SLOTS, || None);
+        // Slots are handed out below `max_slots` (`CqShared::alloc_slot`), so the tables are
+        // that long: a doorbell bit a peer sets above it finds no entry (`slots.get`). At
+        // the full 4096 the table is ~390 KiB, which every small queue (one per rsocket)
+        // paid.
+        let mut slots = Vec::with_capacity(max_slots);
+        slots.resize_with(max_slots, || None);
         let sh = Arc::new(CqShared {
             _dev: dev.clone(),
             id,
             db_seg,
             tx: Mutex::new((ctx, atx)),
-            used: Mutex::new(vec![false; DOORBELL_SLOTS]),
+            used: Mutex::new(vec![false; max_slots]),
             max_slots,
         });
         Ok(Self {
@@ -149,7 +153,7 @@ impl ShmCq {
             local: crx,
             attn: arx,
             slots,
-            scan: Vec::with_capacity(DOORBELL_SLOTS),
+            scan: Vec::with_capacity(max_slots),
             depth,
         })
     }
