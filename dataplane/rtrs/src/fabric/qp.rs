@@ -349,7 +349,16 @@ impl<P: Provider> QpRes<P> {
     }
 
     /// Polls up to 32 completions into the connection's own array; returns how many.
+    ///
+    /// The service connection (cid 0: heartbeats, the info exchange, user messages) is
+    /// idle on almost every turn of a busy loop: it is polled only when its queue's cheap
+    /// look ([`CompletionQueue::may_have_work`], loads only) says a poll could find or run
+    /// something, which a poll would not miss (a provider that cannot tell says `true`).
+    /// An IO connection is polled without the look: under load it has work on most turns.
     pub(crate) fn poll(&mut self) -> usize {
+        if self.conn.cid == 0 && !self.cq.may_have_work() {
+            return 0;
+        }
         self.cq.poll(&mut self.wcs)
     }
 
