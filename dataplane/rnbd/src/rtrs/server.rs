@@ -123,6 +123,9 @@ pub struct RnbdServer<P: Provider, B: Backend> {
     done: Vec<BlkDone>,
     finished: Vec<BlkDone>,
     stats: BindStats,
+    /// Where a request's user message is copied from its chunk: kept, not zeroed on the
+    /// stack for every request (only its first `usr_len` bytes, just copied, are read).
+    usr: [u8; MAX_USR],
 }
 
 impl<P: Provider, B: Backend> RnbdServer<P, B> {
@@ -141,6 +144,7 @@ impl<P: Provider, B: Backend> RnbdServer<P, B> {
             done: vec![BlkDone::default(); depth.max(32)],
             finished: Vec::with_capacity(depth.max(32)),
             stats: BindStats::default(),
+            usr: [0; MAX_USR],
         }
     }
 
@@ -223,7 +227,6 @@ impl<P: Provider, B: Backend> RnbdServer<P, B> {
         read_len: u32,
     ) {
         self.stats.requests += 1;
-        let mut usr = [0u8; MAX_USR];
         let n = usize::from(usr_len);
         let mem = self.drv.chunk_mem(sess, chunk);
         let (Ok((mem, at, chunk_size)), true) = (mem, n <= MAX_USR) else {
@@ -232,7 +235,7 @@ impl<P: Provider, B: Backend> RnbdServer<P, B> {
         };
         if self
             .drv
-            .read_chunk(sess, chunk, data_len, &mut usr[..n])
+            .read_chunk(sess, chunk, data_len, &mut self.usr[..n])
             .is_err()
         {
             self.stats.bad_requests += 1;
@@ -282,7 +285,7 @@ impl<P: Provider, B: Backend> RnbdServer<P, B> {
             generation,
         });
         // SAFETY: as above: `ptr` is valid for `len` bytes until the request is answered.
-        let r = unsafe { session.handle(&mut self.exports, tag, dir, &usr[..n], ptr, len) };
+        let r = unsafe { session.handle(&mut self.exports, tag, dir, &self.usr[..n], ptr, len) };
         if let Some(errno) = r {
             self.pending[slot] = None;
             self.free.push(slot as u32);
