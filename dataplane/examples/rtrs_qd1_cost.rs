@@ -6,7 +6,7 @@
 //! ```text
 //! cargo build --release -p dataplane --example rtrs_qd1_cost
 //! valgrind --tool=callgrind --fair-sched=yes --toggle-collect='*steady*' \
-//!     target/release/examples/rtrs_qd1_cost 20000 [BS [DEPTH]]
+//!     target/release/examples/rtrs_qd1_cost 20000 [BS [DEPTH [copy|source]]]
 //! ```
 //!
 //! Only the measured run is collected (`steady`: 20,000 round trips after a warm-up of
@@ -17,7 +17,10 @@
 //! `resp_rdma`, the client's driver polls and the completion returns the permit) until it
 //! completed. With `DEPTH` above 1 (`--iodepth`) the client keeps that many READs in
 //! flight, resubmitting at each completion, and the total over 20,000 is the cost of one
-//! IO at that depth. `--fair-sched=yes`: the shm CM's thread must get to run while the
+//! IO at that depth. The handler copies the block into the request's chunk and answers
+//! with `resp_rdma` (`copy`, the default, as the rows below were measured, and as
+//! `dp-perf rtrs --server-copy` serves), or answers from the disk registered as a source
+//! with `resp_rdma_from` (`source`: zero copy, `dp-perf rtrs`'s default). `--fair-sched=yes`: the shm CM's thread must get to run while the
 //! driver spins, or the session never comes up.
 //!
 //! Measured on branch w-rtrscost (both sides, instructions per round trip at depth 1 and
@@ -36,6 +39,19 @@
 //! one-request chains translated alone               6,565   7,284     4,852   5,571
 //! one path / connection / region: no division       6,489   7,208     4,776   5,495
 //! drain_recv: "more" only when out is full          6,404   7,119     4,773   5,488  (-15%)
+//! ```
+//!
+//! Measured on branch w-rtrsiops (same driver and rows, `copy` handler; main had moved
+//! since the table above, so its first row is main's at caef63e):
+//!
+//! ```text
+//!                                                   depth 1           depth 128
+//!                                                   bs 64  bs 4096    bs 64  bs 4096
+//! main (caef63e)                                    6,569   7,718     4,891   6,040
+//! send_rsp's chain built in place, cid 0 polled
+//!   only when may_have_work()                       6,284   7,433     4,802   5,951
+//! a batch's reposts as one post_recv list           6,303   7,452     4,728   5,877
+//! the same, `source` handler (dp-perf's default)    6,268   6,793     4,693   5,218
 //! ```
 //!
 //! (*) More instructions, fewer cache-line transfers: each moves a line between the two
@@ -62,6 +78,7 @@ use dataplane::rtrs::permit::{ConType, Permit, Wait};
 use dataplane::rtrs::srv::{Server, ServerConfig, ServerEvent, ServerIo};
 use dataplane::rtrs::wire::{DEFAULT_MAX_HDR_SIZE, MIN_CHUNK_SIZE};
 use dataplane::rtrs::work::Dir;
+use dataplane::rtrs::work::SrcRef;
 use lcore::time::Instant;
 use mempool::memory::{Region, RegionConfig};
 
@@ -81,6 +98,11 @@ fn main() {
         .next()
         .map_or(64, |s| s.parse().expect("a block size in bytes"));
     let depth: u16 = args.next().map_or(1, |s| s.parse().expect("a queue depth"));
+    let zero_copy = match args.next().as_deref() {
+        None | Some("copy") => false,
+        Some("source") => true,
+        Some(other) => panic!("{other}: the handler is `copy` or `source`"),
+    };
     let dir = std::env::temp_dir().join(format!("dp-rtrs-qd1cost-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("rendezvous directory");
     let dev = || {
@@ -93,7 +115,7 @@ fn main() {
         )
     };
     let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 83, 0, 1)), 18600);
-    let sdrv = ServerDriver::<Shm>::new(dev(), &[addr]).expect("listen");
+    let mut sdrv = ServerDriver::<Shm>::new(dev(), &[addr]).expect("listen");
     let srv = Server::new(ServerConfig {
         queue_depth: depth,
         chunk_size: (bs + DEFAULT_MAX_HDR_SIZE)
@@ -126,6 +148,16 @@ fn main() {
     for (i, b) in disk.iter_mut().enumerate() {
         *b = (i as u64).wrapping_mul(0x9E37_79B9) as u8;
     }
+    let source = zero_copy.then(|| {
+        let mem = Region::new(
+            &RegionConfig::new("rtrs-qd1-cost-disk", disk.len())
+                .shareable(true)
+                .quiet(),
+        )
+        .expect("disk region");
+        mem.copy_in(0, &disk);
+        sdrv.add_source(Arc::new(mem)).expect("disk registered")
+    });
     let t = 1_000_000u64;
     let mut rig = Rig {
         cdrv,
@@ -137,6 +169,7 @@ fn main() {
         depth,
         slots: (0..depth).map(|_| None).collect(),
         disk,
+        source,
         done: 0,
         turns: 0,
         t,
@@ -169,6 +202,8 @@ struct Rig {
     /// The permits of the requests in flight, by id.
     slots: Vec<Option<Permit>>,
     disk: Vec<u8>,
+    /// The disk's source number when READs are answered from it (`source`).
+    source: Option<u32>,
     /// Round trips done.
     done: u64,
     /// Turns (one poll of each side) so far.
@@ -261,11 +296,28 @@ impl Rig {
             } else {
                 let b = u64::from_le_bytes(usr[..8].try_into().expect("8 bytes"));
                 let at = (b % DISK_BLOCKS) as usize * block;
+                if let Some(id) = self.source
+                    && read_len as usize <= block
+                {
+                    let src = SrcRef {
+                        id,
+                        offset: at as u64,
+                    };
+                    if self
+                        .srv
+                        .resp_rdma_from(now, op, src, &mut self.sdrv)
+                        .is_ok()
+                    {
+                        continue;
+                    }
+                    status = -libc::EINVAL;
+                }
                 let n = (read_len as usize).min(block);
-                if self
-                    .sdrv
-                    .write_chunk(sess, chunk, 0, &self.disk[at..at + n])
-                    .is_err()
+                if status == 0
+                    && self
+                        .sdrv
+                        .write_chunk(sess, chunk, 0, &self.disk[at..at + n])
+                        .is_err()
                 {
                     status = -libc::EINVAL;
                 }

@@ -59,6 +59,10 @@ pub struct RnbdClient<P: Provider> {
     paths_up: usize,
     down: bool,
     open_error: Option<PathError>,
+    /// Where a completion's answer is copied (session-info and open answers; an IO's is
+    /// empty): kept, not zeroed on the stack for every completion (only the answer's
+    /// bytes are read).
+    answer: [u8; ANSWER_MAX as usize],
 }
 
 /// The RNBD session's transport: requests go out as RTRS requests under a fresh permit.
@@ -104,6 +108,7 @@ impl<P: Provider> RnbdClient<P> {
             paths_up: 0,
             down: false,
             open_error: None,
+            answer: [0; ANSWER_MAX as usize],
         })
     }
 
@@ -170,12 +175,11 @@ impl<P: Provider> RnbdClient<P> {
             };
             match ev {
                 RtrsEvent::Completed { id, ctx, result } => {
-                    let mut answer = [0u8; ANSWER_MAX as usize];
-                    let Some(n) = t.release(id, ctx, &mut answer) else {
+                    let Some(n) = t.release(id, ctx, &mut self.answer) else {
                         continue;
                     };
                     let status = result.map_or_else(IoError::errno, |()| 0);
-                    self.rnbd.complete(ctx, status, &answer[..n], &mut t);
+                    self.rnbd.complete(ctx, status, &self.answer[..n], &mut t);
                 }
                 RtrsEvent::Opened { max_io_size, .. } => {
                     self.paths_up = self.paths_up.max(1);

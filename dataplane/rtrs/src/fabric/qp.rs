@@ -23,6 +23,37 @@ pub const MAX_CHAIN: usize = 8;
 /// Bytes of one small receive ([`RecvBuf::Small`], an `rkey_rsp`).
 const SMALL: usize = 8;
 
+/// Completions one [`QpRes::poll`] takes, and the reposts one batch holds.
+const BATCH: usize = 32;
+
+/// The receives a connection's state machine posted while [`poll_conn`] handed it a batch
+/// of completions, posted together as one `post_recv` list when the batch ends, or before
+/// anything is sent on the connection (whichever comes first): every receive the state
+/// machine posted before a send is posted before that send, as if posted at once, so what
+/// the peer can observe (it sends into a receive only after something we sent allowed it:
+/// a credit, a permit returned, a heartbeat's answer) does not change. One list instead of
+/// a `post_recv` per consumed receive (two per IO on both sides: the request's and the
+/// answer's).
+/// Only receives without a buffer ([`RecvBuf::Empty`]: what the IO protocol consumes and
+/// reposts) are collected; one with a buffer posts what was collected, then itself.
+#[derive(Debug)]
+struct Reposts {
+    /// While set, [`QpRes::post_recv`] collects instead of posting.
+    on: bool,
+    n: usize,
+    wrs: [RecvWr<'static>; BATCH],
+}
+
+impl Reposts {
+    fn new() -> Self {
+        Self {
+            on: false,
+            n: 0,
+            wrs: [RecvWr { wr_id: 0, sgl: &[] }; BATCH],
+        }
+    }
+}
+
 /// Where the local memory of a request lives, on one side of one path.
 pub(crate) trait LocalMem {
     /// The header buffer of permit `slot`, its first `len` bytes (client).
@@ -119,7 +150,10 @@ pub(crate) struct QpRes<P: Provider> {
     send: Option<Buf<P>>,
     /// Buffers replaced while receives into them may still be outstanding.
     retired: Vec<Buf<P>>,
-    wcs: [Completion; 32],
+    /// Receives posted while a batch of completions is handled, not yet given to the queue
+    /// pair.
+    reposts: Reposts,
+    wcs: [Completion; BATCH],
 }
 
 impl<P: Provider> core::fmt::Debug for QpRes<P> {
@@ -217,11 +251,13 @@ impl<P: Provider> QpRes<P> {
             big: None,
             send: None,
             retired: Vec::new(),
-            wcs: [Completion::default(); 32],
+            reposts: Reposts::new(),
+            wcs: [Completion::default(); BATCH],
         }
     }
 
-    /// Posts one receive of the kind asked.
+    /// Posts one receive of the kind asked; while a batch is handled
+    /// ([`begin_batch`](Self::begin_batch)), collects it for [`flush_recv`](Self::flush_recv).
     pub(crate) fn post_recv(
         &mut self,
         pd: &P::Pd,
@@ -258,6 +294,18 @@ impl<P: Provider> QpRes<P> {
                 (Some(b.sge(0, n)), Posted::Big(n))
             }
         };
+        if sge.is_none() && self.reposts.on {
+            if self.reposts.n == BATCH {
+                self.flush_recv();
+            }
+            let r = &mut self.reposts;
+            r.wrs[r.n] = RecvWr { wr_id, sgl: &[] };
+            r.n += 1;
+            self.posted.push_back((wr_id, what));
+            return Ok(());
+        }
+        // In posting order: what was collected first.
+        self.flush_recv();
         let one;
         let sgl: &[Sge] = match &sge {
             Some(s) => {
@@ -271,6 +319,36 @@ impl<P: Provider> QpRes<P> {
         Ok(())
     }
 
+    /// From now until [`end_batch`](Self::end_batch), receives are collected and posted
+    /// as one list ([`Reposts`]).
+    fn begin_batch(&mut self) {
+        self.reposts.on = true;
+    }
+
+    /// Posts what the batch collected and posts receives at once again.
+    fn end_batch(&mut self) {
+        self.flush_recv();
+        self.reposts.on = false;
+    }
+
+    /// Posts the collected receives as one list. The state machine was told they were
+    /// posted: if the queue pair refuses them (it is in the error state, or a provider's
+    /// bug), the ones refused leave the FIFO and the queue pair is moved to the error
+    /// state, so the state machine sees the flushes of what is outstanding and closes the
+    /// path (as after a failed `post_recv`, one turn later).
+    fn flush_recv(&mut self) {
+        let n = core::mem::take(&mut self.reposts.n);
+        if n == 0 {
+            return;
+        }
+        if let Err(e) = self.qp.post_recv(&self.reposts.wrs[..n]) {
+            let posted = e.index.min(n);
+            let keep = self.posted.len() - (n - posted);
+            self.posted.truncate(keep);
+            self.qp.move_to_error();
+        }
+    }
+
     /// Posts `chain` as one `post_send`. A chain that posts as one work request (a client's
     /// request, a server's answer) is translated into one `SendWr` on the stack; longer
     /// ones into arrays of [`MAX_CHAIN`].
@@ -281,6 +359,8 @@ impl<P: Provider> QpRes<P> {
         mem: &impl LocalMem,
     ) -> Result<(), PostError> {
         let refuse = |index, kind| PostError { index, kind };
+        // Receives the state machine posted before this send go first.
+        self.flush_recv();
         if chain.len() > MAX_CHAIN {
             return Err(refuse(MAX_CHAIN, PostErrorKind::QueueFull));
         }
@@ -349,7 +429,16 @@ impl<P: Provider> QpRes<P> {
     }
 
     /// Polls up to 32 completions into the connection's own array; returns how many.
+    ///
+    /// The service connection (cid 0: heartbeats, the info exchange, user messages) is
+    /// idle on almost every turn of a busy loop: it is polled only when its queue's cheap
+    /// look ([`CompletionQueue::may_have_work`], loads only) says a poll could find or run
+    /// something, which a poll would not miss (a provider that cannot tell says `true`).
+    /// An IO connection is polled without the look: under load it has work on most turns.
     pub(crate) fn poll(&mut self) -> usize {
+        if self.conn.cid == 0 && !self.cq.may_have_work() {
+            return 0;
+        }
         self.cq.poll(&mut self.wcs)
     }
 
@@ -605,7 +694,11 @@ pub(crate) fn poll_conn<P: Provider, D: ConnTable<P>>(
         return 0;
     };
     let n = q.poll();
+    if n == 0 {
+        return 0;
+    }
     let conn = q.conn;
+    q.begin_batch();
     let mut out = core::mem::take(d.scratch());
     for i in 0..n {
         let Some(q) = d.qp_at(p, cid).filter(|q| q.conn == conn) else {
@@ -618,5 +711,8 @@ pub(crate) fn poll_conn<P: Provider, D: ConnTable<P>>(
         handle(d, conn, &wc, &out);
     }
     *d.scratch() = out;
+    if let Some(q) = d.qp_at(p, cid).filter(|q| q.conn == conn) {
+        q.end_batch();
+    }
     n
 }

@@ -661,7 +661,8 @@ impl ServerPath {
         let desc = read.and_then(|r| r.desc);
         let need_inval = read.is_some_and(|r| r.need_inval) && desc.is_some();
         let write_data = status == 0 && dir == Dir::Read && desc.is_some();
-        let mut chain: [Option<Wr<'_>>; 4] = [None; 4];
+        // Built in place, in posting order (one copy of the chain, the one posted).
+        let mut chain: [Wr<'_>; 4] = [Wr::LocalInv { wr_id: 0, key: 0 }; 4];
         let mut n = 0usize;
         let new_key = if self.per_chunk {
             let k = inc_rkey(self.keys[usize::from(chunk)]);
@@ -703,7 +704,7 @@ impl ServerPath {
                 rkey: d.key,
             };
             let wr_id = Self::wr(K_RSP, 0, chunk);
-            chain[n] = Some(match src {
+            chain[n] = match src {
                 Some(src) => Wr::WriteSource {
                     wr_id,
                     src,
@@ -718,21 +719,21 @@ impl ServerPath {
                     remote,
                     signaled: false,
                 },
-            });
+            };
             n += 1;
             // rdma_write_sg: data, [REG_MR], [SEND_WITH_INV], final.
             for w in [reg, inv].into_iter().flatten() {
-                chain[n] = Some(w);
+                chain[n] = w;
                 n += 1;
             }
         } else {
             // send_io_resp_imm: [SEND_WITH_INV], [REG_MR], final.
             for w in [inv, reg].into_iter().flatten() {
-                chain[n] = Some(w);
+                chain[n] = w;
                 n += 1;
             }
         }
-        chain[n] = Some(match new_key {
+        chain[n] = match new_key {
             Some(rkey) => Wr::SendImmMsg {
                 wr_id: wid,
                 bytes: RkeyRspRepr {
@@ -748,14 +749,10 @@ impl ServerPath {
                 imm,
                 signaled: sig,
             },
-        });
+        };
         n += 1;
-        let mut flat: [Wr<'_>; 4] = [Wr::LocalInv { wr_id: 0, key: 0 }; 4];
-        for (k, w) in chain.iter().take(n).enumerate() {
-            flat[k] = w.expect("filled above");
-        }
         self.release(chunk);
-        io.post_send(self.conn(cid), &flat[..n])
+        io.post_send(self.conn(cid), &chain[..n])
             .map_err(|e| PathError::Post(e.kind))
     }
 
