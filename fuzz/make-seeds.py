@@ -18,9 +18,14 @@ def put(target, name, data):
         f.write(data)
 
 
+# The shm provider's segment layout version (dataplane/fabric/shm/src/layout.rs).
+SEG_VERSION = 3
+
+
 def seg_header(kind, length):
-    # SegHeader: magic "DPSHMSEG", kind u32, version u32 = 2, len u64, ctx_id u32, reserved.
-    return b"DPSHMSEG" + struct.pack("<IIQII", kind, 2, length, 7, 0)
+    # SegHeader: magic "DPSHMSEG", kind u32, version u32 (layout.rs SEG_VERSION), len u64,
+    # ctx_id u32, reserved.
+    return b"DPSHMSEG" + struct.pack("<IIQII", kind, SEG_VERSION, length, 7, 0)
 
 
 def next_mult(v, m):
@@ -29,7 +34,7 @@ def next_mult(v, m):
 
 # shm_seg input: selector (bit 0: queue pair), memfd length u32, message number u64,
 # released bounce position u64, bytes.
-def qp_seed(rq_cap, bounce_len, n, kind, ln, bounce_end, key=0, addr=0):
+def qp_seed(rq_cap, bounce_len, n, kind, ln, bounce_end, key=0, addr=0, credit=0):
     hdr_len = 128 + 4 * 128
     slots_off = next_mult(hdr_len + 4 * rq_cap, 128)
     bounce_off = next_mult(slots_off + 128 * rq_cap, 4096)
@@ -38,8 +43,9 @@ def qp_seed(rq_cap, bounce_len, n, kind, ln, bounce_end, key=0, addr=0):
     slot = slots_off + 128 * (n & (rq_cap - 1))
     seg += bytes(slot + 128 - len(seg))
     # InboundSlot (128 bytes): seq u64 (n + 1), kind, imm, len, has_imm u32, bounce_end u64,
-    # key u32, reserved u32, addr u64, then 80 bytes of inline payload.
-    seg[slot:slot + 48] = struct.pack("<QIIIIQIIQ", n + 1, kind, 0, ln, 0, bounce_end, key, 0, addr)
+    # key u32, credit u32 (the sender's posted receives), addr u64, then 80 bytes of inline
+    # payload.
+    seg[slot:slot + 48] = struct.pack("<QIIIIQIIQ", n + 1, kind, 0, ln, 0, bounce_end, key, credit, addr)
     return struct.pack("<BIQQ", 1, total, n, 0) + bytes(seg)
 
 
@@ -56,6 +62,8 @@ def ud_seed(nslots, pos, ln):
 put("shm_seg", "qp-send", qp_seed(16, 4096, 0, 1, 100, 100))
 put("shm_seg", "qp-write-imm", qp_seed(16, 4096, 5, 3, 0, 0))
 put("shm_seg", "qp-write-imm-inline", qp_seed(16, 4096, 21, 5, 64, 0, 0x1001, 0x7f00_0000_1000))
+# A SEND with invalidate (kind 6): a bounce payload, the key to invalidate, a credit word.
+put("shm_seg", "qp-send-inv", qp_seed(16, 4096, 3, 6, 200, 300, 0x0010_0105, 0, credit=40))
 put("shm_seg", "ud-datagram", ud_seed(1, 0, 64))
 
 # shm_msg: "DPSH", version 1, kind, payload length u16, payload.

@@ -93,8 +93,9 @@
 //!
 //!   `dp-fabric` has them as type-2 memory windows ([`dp_fabric::SendOp::BindMw`],
 //!   [`dp_fabric::SendOp::LocalInv`], [`dp_fabric::SendOp::SendInv`],
-//!   `Completion::invalidated`); the shm provider implements them, the verbs provider
-//!   refuses windows so far. The client driver in [`fabric`] registers per IO with them
+//!   `Completion::invalidated`); both providers implement them (verbs: type 2, which must
+//!   be invalidated before a rebind; on Soft-RoCE type 2B, and a window access is checked
+//!   only against its region's bounds: see `dp-verbs`). The client driver in [`fabric`] registers per IO with them
 //!   when asked (a window per permit); the server driver does not do `always_invalidate`
 //!   with them yet (a window per chunk). A client and server that both keep their
 //!   memory registered once (client: [`clt::Mapped::register`] `None`; server:

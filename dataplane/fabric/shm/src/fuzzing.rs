@@ -7,7 +7,8 @@ use std::ptr::NonNull;
 
 use crate::layout::{KeyTable, UD_MTU, UdSegHeader, UdSegView, key_table_len, ud_seg_len};
 use crate::msg::{HDR_LEN, MAX_FDS, MAX_MSG, Msg};
-use crate::qpseg::inbound_kind::{SEND, SEND_IMM, WRITE_IMM_INLINE};
+use crate::qpseg::inbound_kind::{SEND, SEND_IMM, SEND_INV, WRITE_IMM_INLINE};
+use crate::rc::widen_credit;
 use crate::qpseg::{InboundSlot, QpSegHeader, QpSegView, SLOT_INLINE};
 
 /// A control message (`Msg::decode`, as the service thread calls it on every datagram a
@@ -105,10 +106,22 @@ pub fn seg_attach(qp: bool, mapped: u32, n: u64, tail: u64, contents: &[u8]) {
         assert!(l.bounce_off + l.bounce_len as usize <= l.total);
         let inbound = v.pop(n);
         assert_eq!(v.has(n), inbound.is_some());
-        if let Some(i) = inbound.filter(|i| matches!(i.kind, SEND | SEND_IMM)) {
-            // `QpCore::land` copies a SEND's `len` bytes from what `bounce_payload` returns
-            // for it (given everything before `tail` was released already): they must lie
-            // inside the bounce area.
+        if let Some(i) = inbound {
+            // The slot's credit word (the peer's posted receives, low 32 bits) widened
+            // against this side's count, here `tail`: it never goes back and never jumps
+            // by 2^31 or more, whatever the peer wrote.
+            let last = tail & ((1 << 48) - 1);
+            let w = widen_credit(last, i.credit);
+            assert!(
+                w >= last && w - last < 1 << 31,
+                "credit word {:#x} widened {last} to {w}",
+                i.credit
+            );
+        }
+        if let Some(i) = inbound.filter(|i| matches!(i.kind, SEND | SEND_IMM | SEND_INV)) {
+            // `QpCore::land` copies a SEND's `len` bytes (a SEND with invalidate's too) from
+            // what `bounce_payload` returns for it (given everything before `tail` was
+            // released already): they must lie inside the bounce area.
             if let Some(p) = v.bounce_payload(tail, i.bounce_end, i.len) {
                 let area = l.bounce_off..l.bounce_off + l.bounce_len as usize;
                 let off = p as usize - base as usize;

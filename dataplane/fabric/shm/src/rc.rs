@@ -636,7 +636,7 @@ impl Drop for QpCore {
 /// short by multiples of 2^32); a lying peer moves it as it likes, and `take_credit`
 /// bounds what it takes.
 #[inline]
-fn widen_credit(last: u64, low: u32) -> u64 {
+pub(crate) fn widen_credit(last: u64, low: u32) -> u64 {
     let step = low.wrapping_sub(last as u32);
     if step < 1 << 31 {
         last + u64::from(step)

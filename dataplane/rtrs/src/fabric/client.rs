@@ -198,7 +198,7 @@ impl<P: Provider> ClientDriver<P> {
     /// regions are then registered for memory-window binding, never for remote write: a
     /// server reaches only the buffers of the READs in flight, not the whole region. For
     /// paths set up after the call (set it before the session opens); the provider must have
-    /// memory windows (shm has; verbs refuses them so far, and those paths fail to connect).
+    /// memory windows (shm and verbs have them; a provider without fails those paths' set-up).
     pub fn set_per_io_registration(&mut self, on: bool) {
         self.per_io = on;
     }

@@ -81,7 +81,7 @@
 //! ([`ClientDriver::set_per_io_registration`]): a type-2 memory window per permit, bound
 //! under a fresh consumer key for each READ (`Wr::Register` posts the bind) and invalidated
 //! before the request completes (the server's SEND_WITH_INV, or `Wr::LocalInv`); it needs
-//! a provider with memory windows (shm; verbs refuses them so far). The server's
+//! a provider with memory windows (shm and verbs). The server's
 //! `always_invalidate` (a window per chunk, re-bound for each response) is not posted by
 //! these drivers yet: `Wr::RegChunk` is refused with `Unsupported`, and such a server
 //! refuses connections with `-EOPNOTSUPP` (its `map_chunks` fails). `SEND_WITH_INV` is
