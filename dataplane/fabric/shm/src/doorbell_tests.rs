@@ -1,9 +1,11 @@
 //! The doorbell's notification (sleepers and the futex): a ring after an arm ends the
 //! sleep, a ring between arm and sleep is not lost, and rings without sleepers make no
-//! system call.
+//! system call. A post list rings the peer's doorbell once.
 
+use crate::hostile_tests::pair;
 use crate::layout::Doorbell;
 use core::sync::atomic::Ordering;
+use dp_fabric::{Completion, CompletionQueue, Payload, RcQueuePair, RecvWr, SendOp, SendWr};
 use std::time::{Duration, Instant};
 
 fn doorbell() -> Box<Doorbell> {
@@ -57,4 +59,49 @@ fn rings_without_sleepers_leave_the_futex_alone() {
     // A peer that cleared the count cannot make it wrap.
     db.disarm();
     assert_eq!(db.sleepers.load(Ordering::SeqCst), 0);
+}
+
+/// One `post_send` of eight SENDs rings the peer's doorbell once, after the eight are
+/// published: a sleeping peer is woken once and finds all of them.
+#[test]
+fn a_post_list_rings_the_peer_once() {
+    let (mut p, dir) = pair(22_300);
+    for i in 0..8 {
+        p.b.qp
+            .post_recv(&[RecvWr { wr_id: i, sgl: &[] }])
+            .expect("post_recv");
+    }
+    let db = {
+        let peer = p.a.qp.core.peer.get().expect("connected");
+        let db: *const Doorbell = peer.doorbell();
+        // SAFETY: the peer's doorbell segment stays mapped while the pair lives (p outlives
+        // every use below).
+        unsafe { &*db }
+    };
+    // A sleeper announced: every ring counts a wake.
+    let t = db.arm();
+    let wrs = [SendWr {
+        wr_id: 0,
+        op: SendOp::Send,
+        payload: Payload::Inline(&[]),
+        flags: dp_fabric::SendFlags::NONE,
+    }; 8];
+    p.a.qp.post_send(&wrs).expect("post_send");
+    let rings = db.wake_seq.load(Ordering::SeqCst).wrapping_sub(t);
+    db.disarm();
+    assert_eq!(
+        rings, 1,
+        "eight SENDs posted in one call rang {rings} times"
+    );
+    let mut out = [Completion::default(); 16];
+    let mut got = 0;
+    for _ in 0..1_000_000 {
+        got += p.b.cq.poll(&mut out);
+        if got == 8 {
+            break;
+        }
+    }
+    assert_eq!(got, 8, "the peer received every SEND of the list");
+    drop(p);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -101,7 +101,7 @@ pub(crate) struct Peer {
 
 impl Peer {
     #[inline]
-    fn doorbell(&self) -> &Doorbell {
+    pub(crate) fn doorbell(&self) -> &Doorbell {
         // SAFETY: db_seg was validated as a Doorbell when mapped and lives as long as self.
         unsafe { &*self.db_seg.as_ptr().cast::<Doorbell>() }
     }
@@ -138,6 +138,11 @@ pub(crate) struct SendState {
     credit_cache: u64,
     bounce_head: u64,
     rnr_counted: bool,
+    /// Messages were published in the peer's inbound slots since its doorbell last rang:
+    /// `deliver` leaves the ring to the end of the `post_send` or `progress` call, so a
+    /// post list of N messages rings once (one locked read-modify-write on the peer's
+    /// doorbell word, whose line the peer's poll takes back each time, instead of N).
+    ring_due: bool,
     cq_tx: Producer<Completion, Multi>,
     progress_tx: Producer<u32, Multi>,
     /// What the peer exported to this connection, mapped here. Changed only under the send
@@ -255,6 +260,7 @@ impl QpCore {
             return false;
         };
         self.run_pending(&mut st);
+        self.ring_peer(&mut st);
         if !st.pending.is_empty() {
             self.queue_progress(&mut st);
         }
@@ -568,13 +574,27 @@ impl QpCore {
     }
 
     /// Publishes `m` in the peer's next inbound slot, with our posted receives as its
-    /// credit, and rings the peer's doorbell.
+    /// credit; the peer's doorbell rings when the call that runs the request ends
+    /// ([`ring_peer`](Self::ring_peer)).
     #[inline(always)]
     fn deliver(&self, st: &mut SendState, peer: &Peer, mut m: Inbound) {
         m.credit = self.view.posted() as u32;
         peer.view.push(st.credits_used, &m);
         st.credits_used += 1;
-        peer.doorbell().ring(peer.db_slot);
+        st.ring_due = true;
+    }
+
+    /// Rings the peer's doorbell once for the messages `deliver` published since it last
+    /// rang (still under the send lock, before `post_send` or `progress` returns: the
+    /// peer's poll finds every one of them).
+    #[inline]
+    fn ring_peer(&self, st: &mut SendState) {
+        if st.ring_due {
+            st.ring_due = false;
+            if let Some(peer) = self.peer.get() {
+                peer.doorbell().ring(peer.db_slot);
+            }
+        }
     }
 
     fn remote(

@@ -104,6 +104,7 @@ impl QpCore {
                 credit_cache: 0,
                 bounce_head: 0,
                 rnr_counted: false,
+                ring_due: false,
                 cq_tx,
                 progress_tx,
                 exports: PeerExports::new(),
@@ -125,11 +126,22 @@ impl QpCore {
 }
 
 impl QpCore {
-    /// Posts send requests (the body of `RcQueuePair::post_send`).
+    /// Posts send requests (the body of `RcQueuePair::post_send`): the peer's doorbell
+    /// rings once for the messages of the whole list, when it is queued (or refused).
     pub(crate) fn post_send(&self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
+        let mut st = self.send.lock();
+        let r = self.post_locked(&mut st, wrs);
+        self.ring_peer(&mut st);
+        r
+    }
+
+    fn post_locked(
+        &self,
+        st: &mut SendState,
+        wrs: &[SendWr<'_>],
+    ) -> core::result::Result<(), PostError> {
         let core = self;
         let state = core.state();
-        let mut st = core.send.lock();
         let err = |index, kind| PostError { index, kind };
         for (i, wr) in wrs.iter().enumerate() {
             if !matches!(state, QpState::Rts | QpState::Error) {
@@ -180,14 +192,14 @@ impl QpCore {
                     Payload::Sgl(s) => Src::Sgl(s),
                     Payload::Inline(b) => Src::Bytes(b),
                 };
-                if let Outcome::Done(status, len) = core.exec(&mut st, wr.op, wr.flags, src) {
-                    if core.report(&mut st, seq, wr.wr_id, wr.op, wr.flags, status, len) {
+                if let Outcome::Done(status, len) = core.exec(st, wr.op, wr.flags, src) {
+                    if core.report(st, seq, wr.wr_id, wr.op, wr.flags, status, len) {
                         continue;
                     }
                     let mut p = to_pending(seq, wr, nsge, None);
                     p.done = Some((status, len));
                     st.pending.push_back(p);
-                    core.queue_progress(&mut st);
+                    core.queue_progress(st);
                     continue;
                 }
             }
@@ -196,7 +208,7 @@ impl QpCore {
                 st.staging[off..off + b.len()].copy_from_slice(b);
             }
             st.pending.push_back(to_pending(seq, wr, nsge, inline_len));
-            core.queue_progress(&mut st);
+            core.queue_progress(st);
         }
         Ok(())
     }
