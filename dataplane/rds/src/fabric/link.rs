@@ -41,26 +41,28 @@ pub(crate) fn solicit_flags(frame: &TxFrame) -> SendFlags {
     }
 }
 
-/// Requests completions on the SENDs of one post list (`sends`, in posting order),
-/// counting unsignalled SENDs in `unsignaled`: at least every `signal_every` SENDs, and on
-/// the list's last SEND. Completions are reported cumulatively (a token covers every frame
-/// posted before it), so one per list tells the engine of all its frames, and none is
-/// left waiting for a later post: the list's last frame (a message's last fragment or an
-/// ACK among them) always completes.
+/// Requests completions on the SENDs of one post list (`sends` in posting order, then its
+/// `last`), counting unsignalled SENDs in `unsignaled`: at least every `signal_every`
+/// SENDs, and on the list's last SEND. Completions are reported cumulatively (a token
+/// covers every frame posted before it), so one per list tells the engine of all its
+/// frames, and none is left waiting for a later post: the list's last frame (a message's
+/// last fragment or an ACK among them) always completes.
 pub(crate) fn signal_list<'a>(
     unsignaled: &mut u32,
     sends: impl Iterator<Item = &'a mut SendFlags>,
+    last: &mut SendFlags,
     signal_every: u32,
 ) {
-    let mut sends = sends.peekable();
-    while let Some(f) = sends.next() {
-        if sends.peek().is_none() || *unsignaled + 1 >= signal_every {
+    for f in sends {
+        if *unsignaled + 1 >= signal_every {
             *unsignaled = 0;
             *f = *f | SendFlags::SIGNALED;
         } else {
             *unsignaled += 1;
         }
     }
+    *unsignaled = 0;
+    *last = *last | SendFlags::SIGNALED;
 }
 
 /// Where a connection is in its life.
@@ -612,15 +614,16 @@ impl<P: Provider> Link<P> {
     /// says. The list is empty afterwards, whatever the outcome (a refused request fails
     /// the connection: the caller resets it).
     pub(crate) fn post_staged(&mut self, signal_every: u32) -> Result<(), PostError> {
-        if self.staged.is_empty() {
+        // The last work request is a SEND (an RDMA operation is staged before its frame).
+        let Some((last, rest)) = self.staged.split_last_mut() else {
             return Ok(());
-        }
+        };
         signal_list(
             &mut self.unsignaled,
-            self.staged
-                .iter_mut()
+            rest.iter_mut()
                 .filter(|s| s.is_send())
                 .map(|s| &mut s.flags),
+            &mut last.flags,
             signal_every,
         );
         let mut wrs = [SendWr {
@@ -684,7 +687,8 @@ mod tests {
         let mut at = 0;
         for &k in sizes {
             let mut flags = vec![SendFlags::SOLICITED; k];
-            signal_list(&mut n, flags.iter_mut(), every);
+            let (last, rest) = flags.split_last_mut().expect("a list of one or more");
+            signal_list(&mut n, rest.iter_mut(), last, every);
             for (i, f) in flags.iter().enumerate() {
                 assert!(f.contains(SendFlags::SOLICITED), "solicit kept");
                 if f.contains(SendFlags::SIGNALED) {
