@@ -30,6 +30,22 @@
 //! idle turn                  1,438          656   (-54%)
 //! ```
 //!
+//! Measured on branch w-rdscost (post lists: the frames of a turn in one `post_send`, one
+//! doorbell ring and one or two signalled completions per list):
+//!
+//! ```text
+//!                       main (caef63e)   w-rdscost
+//! unlimited burst            4,964        4,762   (-4.1%; 391 turns, not 3,125)
+//! burst 32                   4,940        4,902   (-0.8%)
+//! burst 4                    5,541        5,614   (+1.3%)
+//! idle turn                    692          699
+//! ```
+//!
+//! With an unlimited burst the sender now fills its socket (256 messages a turn, where
+//! main stopped at 32), so part of that cut is fixed per-turn costs spread wider. What
+//! the lists save is mostly not instructions: per 32 frames, one locked RMW on the
+//! peer's doorbell line instead of 32, and 2 send completions instead of 32.
+//!
 //! The same code built with the bench profile (fat LTO, one codegen unit) runs 4,320
 //! per message at 4,937 for the release profile: cross-crate inlining is worth ~12%.
 

@@ -43,6 +43,18 @@ pub trait Transport {
     /// retransmit).
     fn transmit(&mut self, engine: &mut RdsEngine, now: Instant, path: PathId, frame: TxFrame);
 
+    /// Sends what [`transmit`](Self::transmit) took since the last call: a transport may
+    /// stage frames (a post list per connection, one provider call for the frames of a
+    /// turn) until this call, or until a frame it is given when the engine has no other
+    /// listed ([`RdsEngine::may_transmit`] false): then it sends everything it staged, at
+    /// once. The node calls this at the end of a [`flush`](crate::node::RdsNode::flush)
+    /// for a transport whose last frame came while the engine had others listed (they
+    /// turned out to have nothing to send). Does nothing by default (a transport that
+    /// sends in `transmit`).
+    fn flush_transmit(&mut self, engine: &mut RdsEngine, now: Instant) {
+        let _ = (engine, now);
+    }
+
     /// Kills every live connection as a network fault would (both ends see it go; the
     /// engine resets the paths, reconnects and retransmits). For fault tests and
     /// operators. Returns how many were killed.

@@ -836,6 +836,15 @@ impl RdsEngine {
         self.next_frame(now)
     }
 
+    /// True if [`poll_transmit`](Self::poll_transmit) may have another frame now (a path
+    /// is listed as having work). A transport that stages the frames of a turn posts them
+    /// as soon as this is false, without waiting for
+    /// [`Transport::flush_transmit`](crate::transport::Transport::flush_transmit).
+    #[inline]
+    pub fn may_transmit(&self) -> bool {
+        !self.tx_active.is_empty()
+    }
+
     fn next_frame(&mut self, now: Instant) -> Option<(PathId, TxFrame)> {
         while let Some(slot) = self.tx_active.pop_front() {
             let id = Self::slot_id(slot);

@@ -28,26 +28,41 @@ use crate::path::{FrameKind, PathId, TxFrame};
 use crate::uapi::{RDS_RDMA_OTHER_ERROR, RDS_RDMA_REMOTE_ERROR};
 use crate::wire::HEADER_LEN;
 
-/// The send flags of `frame` (`rds_ib_xmit`, `rds_ib_send_ack`), counting unsignalled
-/// frames in `unsignaled`: a completion is requested on the last frame of a message or
-/// update, on every ACK-only frame and at least every `signal_every` frames; the last
-/// frame of a message and every ACK-only frame also raise a *solicited event* at the
-/// peer. Linux arms its receive completion queue for solicited events only
+/// The solicited-event flag of `frame` (`rds_ib_xmit`, `rds_ib_send_ack`): the last frame
+/// of a message or update and every ACK-only frame raise a *solicited event* at the peer.
+/// Linux arms its receive completion queue for solicited events only
 /// (`ib_req_notify_cq(i_recv_cq, IB_CQ_SOLICITED)`): without the flag it never looks at
 /// what arrived, and neither answers nor acks.
-pub(crate) fn wr_flags(unsignaled: &mut u32, frame: &TxFrame, signal_every: u32) -> SendFlags {
-    let solicit = frame.last || frame.kind == FrameKind::Ack;
-    if solicit || *unsignaled + 1 >= signal_every {
-        *unsignaled = 0;
-        if solicit {
-            SendFlags::SIGNALED | SendFlags::SOLICITED
-        } else {
-            SendFlags::SIGNALED
-        }
+pub(crate) fn solicit_flags(frame: &TxFrame) -> SendFlags {
+    if frame.last || frame.kind == FrameKind::Ack {
+        SendFlags::SOLICITED
     } else {
-        *unsignaled += 1;
         SendFlags::NONE
     }
+}
+
+/// Requests completions on the SENDs of one post list (`sends` in posting order, then its
+/// `last`), counting unsignalled SENDs in `unsignaled`: at least every `signal_every`
+/// SENDs, and on the list's last SEND. Completions are reported cumulatively (a token
+/// covers every frame posted before it), so one per list tells the engine of all its
+/// frames, and none is left waiting for a later post: the list's last frame (a message's
+/// last fragment or an ACK among them) always completes.
+pub(crate) fn signal_list<'a>(
+    unsignaled: &mut u32,
+    sends: impl Iterator<Item = &'a mut SendFlags>,
+    last: &mut SendFlags,
+    signal_every: u32,
+) {
+    for f in sends {
+        if *unsignaled + 1 >= signal_every {
+            *unsignaled = 0;
+            *f = *f | SendFlags::SIGNALED;
+        } else {
+            *unsignaled += 1;
+        }
+    }
+    *unsignaled = 0;
+    *last = *last | SendFlags::SIGNALED;
 }
 
 /// Where a connection is in its life.
@@ -160,12 +175,18 @@ pub(crate) struct Link<P: Provider> {
     /// Received frames not yet taken by the engine (buffer index, length), in order: the
     /// engine refused the first (store full), so the rest wait behind it.
     pending: VecDeque<(u32, u32)>,
-    /// Frames posted since the last signalled one.
+    /// SENDs posted since the last signalled one.
     unsignaled: u32,
     /// The largest inline frame this queue pair takes (at most [`INLINE_CAP`]).
     inline_max: usize,
-    /// Where inline frames are assembled (made once: no zeroing per frame).
-    inline_buf: Box<[u8; INLINE_CAP]>,
+    /// The post list: work requests staged by [`transmit`](Self::transmit) since the last
+    /// [`post_staged`](Self::post_staged) (at most [`POST_BATCH`]; made once).
+    staged: Vec<Staged>,
+    /// Where staged inline frames are assembled, one after the other ([`POST_BATCH`]
+    /// frames of `inline_max` bytes; made once: no zeroing per frame).
+    inline_area: Box<[u8]>,
+    /// Bytes of `inline_area` the staged frames use.
+    inline_used: usize,
     /// The peer's RDMA window base, as it announced it in the connection's private data
     /// (0: none announced, so its cookies are zero-based, as a kernel peer's are).
     pub(crate) peer_base: u64,
@@ -179,6 +200,50 @@ pub(crate) const RDMA_WR: u64 = 1 << 63;
 
 /// Receive buffers reposted per `post_recv` call.
 const REPOST_BATCH: usize = 32;
+
+/// Work requests per post list (one `post_send` call): the frames of one
+/// [`RdsNode::flush`](crate::node::RdsNode::flush) on a connection, up to this many, go to
+/// the provider in one call (one lock and one doorbell on shm, one doorbell on verbs).
+pub(crate) const POST_BATCH: usize = 32;
+
+/// Where a staged work request's bytes are.
+#[derive(Clone, Copy, Debug)]
+enum StagedData {
+    /// `len` bytes at `off` of the link's inline area.
+    Inline { off: usize, len: usize },
+    /// The first `n` entries.
+    Sgl { sge: [Sge; 2], n: usize },
+}
+
+/// A work request of the post list.
+#[derive(Clone, Copy, Debug)]
+struct Staged {
+    wr_id: u64,
+    op: SendOp,
+    flags: SendFlags,
+    data: StagedData,
+}
+
+impl Staged {
+    /// A frame's SEND (not the RDMA operation that may precede it).
+    fn is_send(&self) -> bool {
+        self.wr_id & RDMA_WR == 0
+    }
+}
+
+/// The work request of `s`, whose inline bytes are in `area`.
+#[inline]
+fn staged_wr<'a>(area: &'a [u8], s: &'a Staged) -> SendWr<'a> {
+    SendWr {
+        wr_id: s.wr_id,
+        op: s.op,
+        payload: match &s.data {
+            StagedData::Inline { off, len } => Payload::Inline(&area[*off..*off + *len]),
+            StagedData::Sgl { sge, n } => Payload::Sgl(&sge[..*n]),
+        },
+        flags: s.flags,
+    }
+}
 
 /// The largest inline frame the transport assembles.
 pub(crate) const INLINE_CAP: usize = 512;
@@ -215,7 +280,9 @@ impl<P: Provider> Link<P> {
             pending: VecDeque::with_capacity(depth),
             unsignaled: 0,
             inline_max,
-            inline_buf: Box::new([0; INLINE_CAP]),
+            staged: Vec::with_capacity(POST_BATCH),
+            inline_area: vec![0; POST_BATCH * inline_max].into_boxed_slice(),
+            inline_used: 0,
             peer_base: 0,
             v6: false,
         }
@@ -244,6 +311,9 @@ impl<P: Provider> Link<P> {
         path: PathId,
         stats: &mut FabricStats,
     ) {
+        // Nothing staged is posted on a failed connection.
+        self.staged.clear();
+        self.inline_used = 0;
         if self.state != LinkState::Broken {
             self.state = LinkState::Broken;
             stats.errors += 1;
@@ -405,10 +475,12 @@ impl<P: Provider> Link<P> {
         self.qp.post_recv(&wrs[..idxs.len()]).is_ok()
     }
 
-    /// Posts one frame: inline when it fits, else the header (copied to its slot) and the
-    /// payload's fragment as two scatter entries of the registrations.
+    /// Stages one frame in the post list: inline when it fits, else the header (copied to
+    /// its slot) and the payload's fragment as two scatter entries of the registrations.
+    /// A full list is posted first; the list is posted with the turn's `last` frame (no
+    /// more from the engine now), or else by [`post_staged`](Self::post_staged).
     ///
-    /// A frame with an RDMA operation posts it first, in the same call (one doorbell):
+    /// A frame with an RDMA operation stages it first, in the same list (one doorbell):
     /// WRITE or READ between `window` (ours, registered for local access) and the peer's
     /// window at the offset its cookie gave, under its key. On a reliable connection the
     /// operation completes before the SEND that follows, so the peer sees the data before
@@ -421,12 +493,12 @@ impl<P: Provider> Link<P> {
         frag_mr: &P::Mr,
         window: Option<&P::Mr>,
         frame: &TxFrame,
+        last: bool,
         signal_every: u32,
         stats: &mut FabricStats,
     ) -> Result<(), PostError> {
-        let mut flags = wr_flags(&mut self.unsignaled, frame, signal_every);
-        let mut rdma_sge = [Sge::default(); 1];
-        let mut rdma_op = None;
+        let mut flags = solicit_flags(frame);
+        let mut rdma = None;
         if let Some(op) = frame.rdma {
             let bad = PostError {
                 index: 0,
@@ -439,7 +511,7 @@ impl<P: Provider> Link<P> {
             if end > w.len() as u64 {
                 return Err(bad);
             }
-            rdma_sge[0] = Sge {
+            let sge = Sge {
                 addr: w.addr() + op.local,
                 length: op.len,
                 lkey: w.lkey(),
@@ -448,10 +520,18 @@ impl<P: Provider> Link<P> {
                 addr: self.peer_base.wrapping_add(op.remote),
                 rkey: op.rkey,
             };
-            rdma_op = Some(if op.write {
-                SendOp::Write(remote)
-            } else {
-                SendOp::Read(remote)
+            rdma = Some(Staged {
+                wr_id: RDMA_WR | frame.token,
+                op: if op.write {
+                    SendOp::Write(remote)
+                } else {
+                    SendOp::Read(remote)
+                },
+                flags: SendFlags::NONE,
+                data: StagedData::Sgl {
+                    sge: [sge, Sge::default()],
+                    n: 1,
+                },
             });
             if op.fence {
                 flags = flags | SendFlags::FENCE;
@@ -459,63 +539,106 @@ impl<P: Provider> Link<P> {
             stats.rdma_ops += 1;
             stats.rdma_bytes += u64::from(op.len);
         }
-        let rdma_wr = rdma_op.map(|op| SendWr {
-            wr_id: RDMA_WR | frame.token,
-            op,
-            payload: Payload::Sgl(&rdma_sge),
-            flags: SendFlags::NONE,
-        });
         let len = frame.wire_len();
+        let inline = len <= self.inline_max;
+        let wrs = 1 + usize::from(rdma.is_some());
+        if self.staged.len() + wrs > POST_BATCH
+            || (inline && self.inline_used + len > self.inline_area.len())
+        {
+            self.post_staged(signal_every)?;
+        }
         let frags = engine.frags();
-        if len <= self.inline_max {
-            let buf = &mut self.inline_buf;
+        let data = if inline {
+            let off = self.inline_used;
+            let buf = &mut self.inline_area[off..off + len];
             buf[..HEADER_LEN].copy_from_slice(&frame.header);
             let mut at = HEADER_LEN;
-            for (off, n) in frame.payload.segments(frags) {
-                frags.region().copy_out(off, &mut buf[at..at + n]);
+            for (foff, n) in frame.payload.segments(frags) {
+                frags.region().copy_out(foff, &mut buf[at..at + n]);
                 at += n;
             }
+            self.inline_used += len;
             stats.tx_inline += 1;
-            stats.tx_frames += 1;
-            let send = SendWr {
-                wr_id: frame.token,
-                op: SendOp::Send,
-                payload: Payload::Inline(&buf[..len]),
-                flags,
-            };
-            return match rdma_wr {
-                Some(r) => self.qp.post_send(&[r, send]),
-                None => self.qp.post_send(&[send]),
-            };
-        }
-        let slot = (frame.token % u64::from(self.res.hdr_slots)) as usize;
-        let hoff = self.res.recv_depth as usize * RECV_BUF + slot * HDR_SLOT;
-        self.res.ring.copy_in(hoff, &frame.header);
-        let mut sgl = [Sge::default(); 2];
-        sgl[0] = self.res.mr.sge(hoff, HEADER_LEN as u32);
-        let mut k = 1;
-        for (off, n) in frame.payload.segments(frags) {
-            if k == sgl.len() {
-                // A message-flavour frame carries one fragment; more is a caller bug.
-                return Err(PostError {
-                    index: 0,
-                    kind: dp_fabric::PostErrorKind::TooManySge,
-                });
+            StagedData::Inline { off, len }
+        } else {
+            let slot = (frame.token % u64::from(self.res.hdr_slots)) as usize;
+            let hoff = self.res.recv_depth as usize * RECV_BUF + slot * HDR_SLOT;
+            self.res.ring.copy_in(hoff, &frame.header);
+            let mut sge = [Sge::default(); 2];
+            sge[0] = self.res.mr.sge(hoff, HEADER_LEN as u32);
+            let mut n = 1;
+            for (off, k) in frame.payload.segments(frags) {
+                if n == sge.len() {
+                    // A message-flavour frame carries one fragment; more is a caller bug.
+                    return Err(PostError {
+                        index: 0,
+                        kind: dp_fabric::PostErrorKind::TooManySge,
+                    });
+                }
+                sge[n] = frag_mr.sge(off, k as u32);
+                n += 1;
             }
-            sgl[k] = frag_mr.sge(off, n as u32);
-            k += 1;
-        }
+            StagedData::Sgl { sge, n }
+        };
         stats.tx_frames += 1;
-        let send = SendWr {
+        let mut send = Staged {
             wr_id: frame.token,
             op: SendOp::Send,
-            payload: Payload::Sgl(&sgl[..k]),
             flags,
+            data,
         };
-        match rdma_wr {
-            Some(r) => self.qp.post_send(&[r, send]),
-            None => self.qp.post_send(&[send]),
+        if last && rdma.is_none() && self.staged.is_empty() {
+            // A list of one (a ping, a pong): posted from here, signalled.
+            self.unsignaled = 0;
+            send.flags = send.flags | SendFlags::SIGNALED;
+            let r = self.qp.post_send(&[staged_wr(&self.inline_area, &send)]);
+            self.inline_used = 0;
+            return r;
         }
+        if let Some(r) = rdma {
+            self.staged.push(r);
+        }
+        self.staged.push(send);
+        if last {
+            return self.post_staged(signal_every);
+        }
+        Ok(())
+    }
+
+    /// True if [`transmit`](Self::transmit) staged work requests that are not posted yet.
+    pub(crate) fn has_staged(&self) -> bool {
+        !self.staged.is_empty()
+    }
+
+    /// Posts the post list in one call, with completions requested as [`signal_list`]
+    /// says. The list is empty afterwards, whatever the outcome (a refused request fails
+    /// the connection: the caller resets it).
+    pub(crate) fn post_staged(&mut self, signal_every: u32) -> Result<(), PostError> {
+        // The last work request is a SEND (an RDMA operation is staged before its frame).
+        let Some((last, rest)) = self.staged.split_last_mut() else {
+            return Ok(());
+        };
+        signal_list(
+            &mut self.unsignaled,
+            rest.iter_mut()
+                .filter(|s| s.is_send())
+                .map(|s| &mut s.flags),
+            &mut last.flags,
+            signal_every,
+        );
+        let mut wrs = [SendWr {
+            wr_id: 0,
+            op: SendOp::Send,
+            payload: Payload::Inline(&[]),
+            flags: SendFlags::NONE,
+        }; POST_BATCH];
+        for (w, s) in wrs.iter_mut().zip(&self.staged) {
+            *w = staged_wr(&self.inline_area, s);
+        }
+        let r = self.qp.post_send(&wrs[..self.staged.len()]);
+        self.staged.clear();
+        self.inline_used = 0;
+        r
     }
 }
 
@@ -536,28 +659,58 @@ mod tests {
     }
 
     #[test]
-    fn test_wr_flags_last_fragment_and_ack_solicit_the_peer() {
+    fn test_solicit_last_fragment_and_ack() {
         // Linux arms its receive CQ for solicited events only: the last fragment of every
         // message or update and every ACK-only frame must carry IBV_SEND_SOLICITED.
+        assert_eq!(
+            solicit_flags(&frame(FrameKind::Data, true)),
+            SendFlags::SOLICITED
+        );
+        assert_eq!(
+            solicit_flags(&frame(FrameKind::CongMap, true)),
+            SendFlags::SOLICITED
+        );
+        assert_eq!(
+            solicit_flags(&frame(FrameKind::Ack, false)),
+            SendFlags::SOLICITED
+        );
+        assert_eq!(
+            solicit_flags(&frame(FrameKind::Data, false)),
+            SendFlags::NONE
+        );
+    }
+
+    /// The signalled SENDs of lists of `sizes`, as indices over all of them.
+    fn signalled(sizes: &[usize], every: u32) -> Vec<usize> {
         let mut n = 0;
-        let f = wr_flags(&mut n, &frame(FrameKind::Data, true), 16);
-        assert!(f.contains(SendFlags::SOLICITED) && f.contains(SendFlags::SIGNALED));
-        let f = wr_flags(&mut n, &frame(FrameKind::CongMap, true), 16);
-        assert!(f.contains(SendFlags::SOLICITED));
-        let f = wr_flags(&mut n, &frame(FrameKind::Ack, false), 16);
-        assert!(f.contains(SendFlags::SOLICITED) && f.contains(SendFlags::SIGNALED));
-        assert_eq!(n, 0);
+        let mut out = Vec::new();
+        let mut at = 0;
+        for &k in sizes {
+            let mut flags = vec![SendFlags::SOLICITED; k];
+            let (last, rest) = flags.split_last_mut().expect("a list of one or more");
+            signal_list(&mut n, rest.iter_mut(), last, every);
+            for (i, f) in flags.iter().enumerate() {
+                assert!(f.contains(SendFlags::SOLICITED), "solicit kept");
+                if f.contains(SendFlags::SIGNALED) {
+                    out.push(at + i);
+                }
+            }
+            at += k;
+        }
+        out
     }
 
     #[test]
-    fn test_wr_flags_middle_fragments_signal_every_n_without_soliciting() {
-        let mut n = 0;
-        for k in 1..=3u32 {
-            let f = wr_flags(&mut n, &frame(FrameKind::Data, false), 4);
-            assert_eq!(f, SendFlags::NONE, "fragment {k}");
-        }
-        let f = wr_flags(&mut n, &frame(FrameKind::Data, false), 4);
-        assert!(f.contains(SendFlags::SIGNALED) && !f.contains(SendFlags::SOLICITED));
-        assert_eq!(n, 0);
+    fn test_signal_list_signals_the_last_send_of_each_list() {
+        // One completion per list: cumulative, it covers every frame of the list.
+        assert_eq!(signalled(&[1, 1, 1], 16), [0, 1, 2]);
+        assert_eq!(signalled(&[5, 3], 16), [4, 7]);
+    }
+
+    #[test]
+    fn test_signal_list_signals_at_least_every_n() {
+        // Within a long list, and across lists.
+        assert_eq!(signalled(&[10], 4), [3, 7, 9]);
+        assert_eq!(signalled(&[3, 6], 4), [2, 6, 8]);
     }
 }

@@ -47,6 +47,9 @@ pub struct FabricTransport<P: Provider> {
     pd: P::Pd,
     dev: P::Device,
     send_depth: u32,
+    /// The paths whose connections have a post list staged since the last
+    /// [`Transport::flush_transmit`] (made once, a path at most once).
+    staged: Vec<PathId>,
     next_cm: Instant,
     wcs: Vec<Completion>,
     scratch: Box<[u8; RECV_BUF]>,
@@ -125,6 +128,7 @@ impl<P: Provider> FabricTransport<P> {
             cm,
             pd,
             dev,
+            staged: Vec::new(),
             next_cm: Instant::ZERO,
             stats: FabricStats::default(),
         };
@@ -357,6 +361,22 @@ impl<P: Provider> FabricTransport<P> {
         }
     }
 
+    /// The provider refused a post on the connection of `path`: it fails, after the
+    /// receives that completed before.
+    #[cold]
+    fn fail_posting(&mut self, engine: &mut RdsEngine, now: Instant, path: PathId) {
+        if let Some(link) = self.links.get_mut(&path) {
+            link.fail_after_receives(&mut LinkCx {
+                engine,
+                now,
+                path,
+                wcs: &mut self.wcs,
+                scratch: &mut self.scratch,
+                stats: &mut self.stats,
+            });
+        }
+    }
+
     /// Connection events.
     fn poll_cm(&mut self, engine: &mut RdsEngine, now: Instant) -> usize {
         let mut work = 0;
@@ -513,25 +533,40 @@ impl<P: Provider> Transport for FabricTransport<P> {
         }
         let every = self.cfg.signal_every;
         let window = self.window.as_ref().map(|(_, mr)| mr);
-        if link
-            .transmit(
-                engine,
-                &self.frag_mr,
-                window,
-                &frame,
-                every,
-                &mut self.stats,
-            )
-            .is_err()
-        {
-            link.fail_after_receives(&mut LinkCx {
-                engine,
-                now,
-                path,
-                wcs: &mut self.wcs,
-                scratch: &mut self.scratch,
-                stats: &mut self.stats,
-            });
+        let listed = link.has_staged();
+        // The turn's last frame (the engine has no more now) posts the list at once: no
+        // flush_transmit lookup for it (a ping, a pong, the end of a burst).
+        let last = !engine.may_transmit();
+        let r = link.transmit(
+            engine,
+            &self.frag_mr,
+            window,
+            &frame,
+            last,
+            every,
+            &mut self.stats,
+        );
+        let staged = link.has_staged();
+        if r.is_err() {
+            self.fail_posting(engine, now, path);
+        } else if !listed && staged {
+            self.staged.push(path);
+        }
+        if last && !self.staged.is_empty() {
+            // The other connections' lists go too (the node does not call flush_transmit
+            // after a last frame).
+            self.flush_transmit(engine, now);
+        }
+    }
+
+    fn flush_transmit(&mut self, engine: &mut RdsEngine, now: Instant) {
+        let every = self.cfg.signal_every;
+        while let Some(path) = self.staged.pop() {
+            if let Some(link) = self.links.get_mut(&path)
+                && link.post_staged(every).is_err()
+            {
+                self.fail_posting(engine, now, path);
+            }
         }
     }
 }

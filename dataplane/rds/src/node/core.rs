@@ -168,14 +168,28 @@ impl RdsNode {
                 },
             }
         }
+        // The transports (bits by slot) whose last frame came while the engine listed more
+        // (see Transport::flush_transmit): told when the frames are all out.
+        let mut fed = 0u8;
         while let Some((path, frame)) = self.engine.poll_transmit(now) {
             work += 1;
             let kind = self.engine.path_transport(path);
-            if let Some(t) = kind
-                .and_then(slot)
-                .and_then(|i| self.transports[i].as_mut())
+            if let Some(i) = kind.and_then(slot)
+                && let Some(t) = self.transports[i].as_mut()
             {
                 t.transmit(&mut self.engine, now, path, frame);
+                if self.engine.may_transmit() {
+                    fed |= 1 << i;
+                } else {
+                    fed &= !(1 << i);
+                }
+            }
+        }
+        while fed != 0 {
+            let i = fed.trailing_zeros() as usize;
+            fed &= fed - 1;
+            if let Some(t) = self.transports[i].as_mut() {
+                t.flush_transmit(&mut self.engine, now);
             }
         }
         work
