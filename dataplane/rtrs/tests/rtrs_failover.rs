@@ -30,10 +30,15 @@ fn us(ns: u64) -> f64 {
 }
 
 fn failover(kill: Kill, seed: u64, policy: MpPolicy, always_inv: bool) {
+    failover_with(kill, seed, policy, always_inv, false);
+}
+
+fn failover_with(kill: Kill, seed: u64, policy: MpPolicy, always_inv: bool, per_io: bool) {
     let mut s = open_sim(seed, |c| {
         c.latency = Duration::from_micros(20);
         c.client.policy = policy;
         c.server.always_invalidate = always_inv;
+        c.per_io_registration = per_io;
         c.links = 2;
     });
     s.handler.delay = Duration::from_micros(30);
@@ -119,6 +124,10 @@ fn failover(kill: Kill, seed: u64, policy: MpPolicy, always_inv: bool) {
     assert_eq!(s.app.verify_errors, 0);
     assert_eq!(s.app.spurious, 0, "every IO completed exactly once");
     assert_eq!(s.handler.bad_requests, 0);
+    assert_eq!(
+        s.net.rebind_faults, 0,
+        "a window bound again under a live key"
+    );
     assert!(failovered >= 1, "requests moved to the live path");
     assert!(after > 100, "the reconnected path takes traffic again");
     assert_eq!(
@@ -226,6 +235,24 @@ fn test_failover_round_robin_plain_keys() {
 #[test]
 fn test_failover_min_latency_qp_error() {
     failover(Kill::QpError, 74, MpPolicy::MinLatency, false);
+}
+
+/// Per-IO registration: the requests of the dead path bind the live path's windows of
+/// their slots; a window is never bound again while its last key is valid (verbs refuses
+/// that and errors the queue pair).
+#[test]
+fn test_failover_qp_error_per_io_registration() {
+    failover_with(Kill::QpError, 76, MpPolicy::MinInflight, false, true);
+}
+
+#[test]
+fn test_failover_cm_disconnect_per_io_registration() {
+    failover_with(Kill::CmDisconnect, 77, MpPolicy::RoundRobin, false, true);
+}
+
+#[test]
+fn test_failover_link_cut_per_io_registration() {
+    failover_with(Kill::LinkCut, 78, MpPolicy::MinInflight, false, true);
 }
 
 #[test]

@@ -70,7 +70,11 @@
 //!   (`1 << 2`, libibverbs' `IBV_WC_IP_CSUM_OK`) rather than `IBV_WC_WITH_INV`; reliable
 //!   receives here take either as the invalidation flag;
 //! - a responder that fails an invalidation (a key that names no bound window) moves to the
-//!   error state without a NAK, and the sender's queue pair saw no error for a minute.
+//!   error state without a NAK, and the sender's queue pair saw no error for a minute;
+//! - a bound window holds the queue pair that bound it until the window is invalidated or
+//!   deallocated: destroying that queue pair first blocks `ibv_destroy_qp` in the kernel
+//!   (`__rxe_cleanup`) for 50 s, then warns. Deallocate (drop) the windows a queue pair may
+//!   still have bound before the queue pair, as the RTRS client does when it closes a path.
 //!
 //! Immediate data is a host-order `u32` in this API and network order on the wire
 //! (`htonl` at post, `ntohl` at poll), as librdmacm's rsocket expects.

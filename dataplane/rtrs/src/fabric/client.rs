@@ -508,8 +508,16 @@ impl<P: Provider> ClientIo for ClientDriver<P> {
         for q in p.conns.iter().flatten() {
             let _ = p.cm.disconnect(q.conn_id);
         }
-        // Queue pairs and completion queues first, then the registrations and the
-        // protection domain: nothing of the path can move data once this returns.
+        // Memory windows first: a type-2 window bound through a queue pair holds that
+        // queue pair until the window is invalidated or deallocated (rxe blocks
+        // `ibv_destroy_qp` for 50 s, then warns), and the requests a dead path leaves
+        // behind still have theirs bound. Deallocating a window kills its key, so this
+        // only takes remote access away. Then queue pairs and completion queues, then the
+        // registrations and the protection domain: nothing of the path can move data
+        // once this returns.
+        if let Some(m) = p.mem.as_mut() {
+            m.windows.clear();
+        }
         p.conns.clear();
         p.mem = None;
     }

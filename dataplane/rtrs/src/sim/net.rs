@@ -204,6 +204,12 @@ pub struct Net {
     /// The client registers each request's data under a one-shot key (per-IO registration).
     pub per_io_registration: bool,
     window_rot: HashMap<(usize, u16), u8>,
+    /// Per-IO registration: the key each window (link, slot) was last bound under. As on
+    /// verbs (type 2 windows), a window whose key is still valid cannot be bound again:
+    /// the bind fails and errors its queue pair (`rebind_faults` counts those).
+    window_key: HashMap<(usize, u16), u32>,
+    /// Binds of a window whose previous key was never invalidated (see `window_key`).
+    pub rebind_faults: u64,
     // Server memory.
     chunks: HashMap<SessId, Vec<u8>>,
     /// The handler's sources (`ServerIo::source_fits`, `Wr::WriteSource`), by number.
@@ -267,6 +273,8 @@ impl Net {
             ckeys: HashMap::new(),
             per_io_registration: false,
             window_rot: HashMap::new(),
+            window_key: HashMap::new(),
+            rebind_faults: 0,
             chunks: HashMap::new(),
             sources: Vec::new(),
             path_sess: HashMap::new(),
@@ -493,6 +501,18 @@ impl Net {
     /// silently (the driver's `close_path`); the peer sees `DISCONNECTED` if the link is up
     /// and flushes its own.
     pub(crate) fn close_path(&mut self, side: Side, path: PathId) {
+        if side == Side::Client
+            && let Some(&link) = self.link_of.get(&path)
+        {
+            // The driver deallocates the path's windows: their keys die with them.
+            let ckeys = &mut self.ckeys;
+            self.window_key.retain(|&(l, _), k| {
+                if l == link {
+                    ckeys.remove(k);
+                }
+                l != link
+            });
+        }
         let qps: Vec<usize> = (0..self.qps.len())
             .filter(|&q| {
                 let e = match side {
@@ -897,6 +917,13 @@ impl Net {
             Wr::Register { token, .. } => {
                 let key = token as u32;
                 let slot = (token >> 32) as u16;
+                if let Some(old) = self.window_key.get(&(link, slot))
+                    && self.ckeys.contains_key(old)
+                {
+                    self.rebind_faults += 1;
+                    return Err(WcStatus::MwBindErr);
+                }
+                self.window_key.insert((link, slot), key);
                 let len = self.data.len() as u64;
                 self.ckeys.insert(
                     key,
@@ -907,7 +934,6 @@ impl Net {
                         remote: true,
                     },
                 );
-                let _ = slot;
                 return Ok(None);
             }
             Wr::LocalInv { key, .. } => {
