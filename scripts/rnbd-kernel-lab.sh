@@ -242,18 +242,22 @@ section "ours-kern-mw: our client with per-IO registration (memory windows on rx
 # Every READ's buffer is bound to a type-2 window under a fresh key and the request asks
 # NEED_INVAL, so the kernel server answers each READ with a SEND_WITH_INV of our window's
 # key (rtrs-srv's rdma_write_sg): rxe invalidates the window, and our client binds it again
-# for the next READ. A key the kernel failed to invalidate makes that bind fail.
+# for the next READ. A key the kernel failed to invalidate makes that bind fail. QD 1: 6.1's
+# rxe re-executes the local operations behind a retransmitted request (see always_invalidate
+# below), and a window bind run twice fails (the window is no longer free), which errors our
+# queue pair; the rxe counters are printed with a failure to tell that case apart.
 dd if=/dev/zero of=/dev/ram0 bs=1M count=8 oflag=direct status=none
-if timeout 120 "$bin" blk --client 10.78.0.2:1234 --provider verbs -d rxw0a --device-path /dev/ram0 \
-  --rw write --bs 4k --size 4m --iodepth 8 --verify --per-io-registration >"$log/ours-kern-mw.out" 2>&1; then
-  if chk=$(python3 "$here/check_pattern.py" /dev/ram0 $((4 << 20))); then
-    result PASS ours-kern-mw "4 MiB written, read back through per-IO windows and verified; server /dev/ram0: $chk"
+rxe_snap "$log/rxe.ours-kern-mw"
+if timeout 180 "$bin" blk --client 10.78.0.2:1234 --provider verbs -d rxw0a --device-path /dev/ram0 \
+  --rw write --bs 4k --size 1m --iodepth 1 --verify --per-io-registration >"$log/ours-kern-mw.out" 2>&1; then
+  if chk=$(python3 "$here/check_pattern.py" /dev/ram0 $((1 << 20))); then
+    result PASS ours-kern-mw "1 MiB written, read back through per-IO windows (kernel SEND_WITH_INV) and verified; server /dev/ram0: $chk"
   else
     result FAIL ours-kern-mw "ours verified, but the server's /dev/ram0: $chk"
   fi
 else
   sed 's/^/    /' "$log/ours-kern-mw.out"
-  result FAIL ours-kern-mw "$(tail -1 "$log/ours-kern-mw.out") | kernel: $(klog 3)"
+  result FAIL ours-kern-mw "$(tail -1 "$log/ours-kern-mw.out") | rxe: $(rxe_delta "$log/rxe.ours-kern-mw") | kernel: $(klog 3)"
 fi
 
 # The kernel's RTRS server registers each chunk's MR again for every answer
