@@ -8,8 +8,8 @@ use std::ptr::NonNull;
 use crate::layout::{KeyTable, UD_MTU, UdSegHeader, UdSegView, key_table_len, ud_seg_len};
 use crate::msg::{HDR_LEN, MAX_FDS, MAX_MSG, Msg};
 use crate::qpseg::inbound_kind::{SEND, SEND_IMM, SEND_INV, WRITE_IMM_INLINE};
-use crate::rc::widen_credit;
 use crate::qpseg::{InboundSlot, QpSegHeader, QpSegView, SLOT_INLINE};
+use crate::rc::widen_credit;
 
 /// A control message (`Msg::decode`, as the service thread calls it on every datagram a
 /// peer sends): never panics; what it accepts asks for at most [`MAX_FDS`] descriptors and
