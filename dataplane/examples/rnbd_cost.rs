@@ -52,8 +52,11 @@ use dataplane::rtrs::clt::{ClientConfig, ClientSession};
 use dataplane::rtrs::fabric::{ClientDriver, ClientDriverConfig, ServerDriver};
 use dataplane::rtrs::srv::{Server, ServerConfig};
 use dataplane::rtrs::wire::{DEFAULT_MAX_HDR_SIZE, MIN_CHUNK_SIZE};
-use lcore::time::Instant;
 use mempool::memory::{Region, RegionConfig};
+
+#[path = "common/clock.rs"]
+mod clock;
+use clock::VirtualClock;
 
 /// The device's size (`dp-perf blk`'s default null device: 1 GiB).
 const DEV_BYTES: u64 = 1 << 30;
@@ -124,7 +127,6 @@ fn main() {
     let depth_max = ClientDriverConfig::default().max_queue_depth;
     let client = RnbdClient::new(cdrv, sess, depth_max, bs).expect("RNBD client");
 
-    let t = 1_000_000u64;
     let mut rig = Rig {
         client,
         server,
@@ -133,19 +135,16 @@ fn main() {
         bs,
         depth,
         done: 0,
-        turns: 0,
-        t,
-        t0: t,
-        warm: true,
+        clock: VirtualClock::new(1_000_000),
     };
     rig.open();
     rig.run(WARMUP);
-    rig.warm = false;
-    let turns0 = rig.turns;
+    rig.clock.warm = false;
+    let turns0 = rig.clock.turns;
     steady(&mut rig, WARMUP + count);
     println!(
         "{count} READs of {bs} bytes at depth {depth} in {} turns after a warm-up of {WARMUP}",
-        rig.turns - turns0
+        rig.clock.turns - turns0
     );
     drop(rig);
     let _ = std::fs::remove_dir_all(&dir);
@@ -163,31 +162,14 @@ struct Rig {
     depth: u16,
     /// IOs done.
     done: u64,
-    /// Turns (one poll of each side) so far.
-    turns: u64,
-    t: u64,
-    /// `t` when the warm-up started.
-    t0: u64,
-    /// Warming up (the clock keeps up with real time).
-    warm: bool,
+    /// Virtual time, a turn at a time.
+    clock: VirtualClock,
 }
 
 impl Rig {
-    /// The next turn's time: 100 ns of virtual time per turn. While opening and warming up
-    /// the clock never runs behind real time: the CM's handshake takes real time (more
-    /// under valgrind), and the connect timers must not fire before it had that.
-    fn tick(&mut self, real: std::time::Instant) -> Instant {
-        self.turns += 1;
-        self.t += 100;
-        if self.warm {
-            self.t = self.t.max(self.t0 + real.elapsed().as_nanos() as u64);
-        }
-        Instant::from_nanos(self.t)
-    }
-
     /// One turn: the server, then the client.
     fn turn(&mut self, real: std::time::Instant) {
-        let now = self.tick(real);
+        let now = self.clock.tick(real);
         self.server.poll(now);
         self.client.poll(now);
     }
@@ -212,13 +194,13 @@ impl Rig {
     /// Opens the session and maps the device read-write.
     fn open(&mut self) {
         let real = std::time::Instant::now();
-        let now = Instant::from_nanos(self.t);
+        let now = self.clock.now();
         self.client.open(now, &[[10; 16]]).expect("open");
         match self.wait(real, "the RNBD session") {
             ClientEvent::SessionReady { .. } => {}
             other => panic!("the RNBD session: {other:?}"),
         }
-        let now = Instant::from_nanos(self.t);
+        let now = self.clock.now();
         let dev = {
             let (s, mut t) = self.client.session(now);
             s.map(DEV, AccessMode::Rw, &mut t).expect("map")
@@ -240,7 +222,7 @@ impl Rig {
         let per = u64::from(self.bs / 512);
         let mut free: Vec<u16> = (0..self.depth).rev().collect();
         let mut submitted = self.done;
-        let mut t0 = self.t;
+        let mut t0 = self.clock.t;
         while self.done < until {
             while submitted < until
                 && let Some(slot) = free.pop()
@@ -251,7 +233,7 @@ impl Rig {
                     len: self.bs,
                 };
                 let sector = submitted.wrapping_mul(per * 7) % (sectors - per);
-                let now = Instant::from_nanos(self.t);
+                let now = self.clock.now();
                 let (s, mut t) = self.client.session(now);
                 s.read(dev, sector, buf, u64::from(slot), &mut t)
                     .expect("READ submitted");
@@ -263,14 +245,14 @@ impl Rig {
                     result.expect("the READ succeeded");
                     free.push(ctx as u16);
                     self.done += 1;
-                    t0 = self.t;
+                    t0 = self.clock.t;
                 }
             }
             assert!(
-                self.t - t0 < 10_000_000_000,
+                self.clock.t - t0 < 10_000_000_000,
                 "no completion after IO {} for {} ns",
                 self.done,
-                self.t - t0
+                self.clock.t - t0
             );
         }
         // The measured run ends with nothing in flight: the next starts the same way.

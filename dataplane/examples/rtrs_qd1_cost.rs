@@ -82,6 +82,10 @@ use dataplane::rtrs::work::SrcRef;
 use lcore::time::Instant;
 use mempool::memory::{Region, RegionConfig};
 
+#[path = "common/clock.rs"]
+mod clock;
+use clock::VirtualClock;
+
 /// Blocks of the RAM disk, as `dp-perf rtrs`'s server has.
 const DISK_BLOCKS: u64 = 1024;
 /// Bytes of the user message (`dp-perf rtrs`'s: the block number and a bye marker).
@@ -158,7 +162,6 @@ fn main() {
         mem.copy_in(0, &disk);
         sdrv.add_source(Arc::new(mem)).expect("disk registered")
     });
-    let t = 1_000_000u64;
     let mut rig = Rig {
         cdrv,
         sess,
@@ -171,19 +174,16 @@ fn main() {
         disk,
         source,
         done: 0,
-        turns: 0,
-        t,
-        t0: t,
-        warm: true,
+        clock: VirtualClock::new(1_000_000),
     };
     rig.open();
     rig.run(WARMUP);
-    rig.warm = false;
-    let turns0 = rig.turns;
+    rig.clock.warm = false;
+    let turns0 = rig.clock.turns;
     steady(&mut rig, WARMUP + count);
     println!(
         "{count} round trips of {bs} bytes at depth {depth} in {} turns after a warm-up of {WARMUP}",
-        rig.turns - turns0
+        rig.clock.turns - turns0
     );
     drop(rig);
     let _ = std::fs::remove_dir_all(&dir);
@@ -206,37 +206,20 @@ struct Rig {
     source: Option<u32>,
     /// Round trips done.
     done: u64,
-    /// Turns (one poll of each side) so far.
-    turns: u64,
-    t: u64,
-    /// `t` when the warm-up started.
-    t0: u64,
-    /// Warming up (the clock keeps up with real time).
-    warm: bool,
+    /// Virtual time, a turn at a time.
+    clock: VirtualClock,
 }
 
 impl Rig {
-    /// The next turn's time: 100 ns of virtual time per turn. While warming up the clock
-    /// never runs behind real time: the CM's handshake takes real time (more under
-    /// valgrind), and the connect timers must not fire before it had that.
-    fn tick(&mut self, real: std::time::Instant) -> Instant {
-        self.turns += 1;
-        self.t += 100;
-        if self.warm {
-            self.t = self.t.max(self.t0 + real.elapsed().as_nanos() as u64);
-        }
-        Instant::from_nanos(self.t)
-    }
-
     /// Opens the session: turns until the client says it is open.
     fn open(&mut self) {
         let real = std::time::Instant::now();
-        let now = Instant::from_nanos(self.t);
+        let now = self.clock.now();
         self.sess
             .open(now, &[[8; 16]], &mut self.cdrv)
             .expect("open");
         loop {
-            let now = self.tick(real);
+            let now = self.clock.tick(real);
             self.serve(now);
             self.cdrv.poll(now, &mut self.sess);
             while let Some(ev) = self.sess.poll_event() {
@@ -348,13 +331,13 @@ impl Rig {
                 }),
                 ctx: self.done,
             };
-            let t0 = self.t;
-            let now = Instant::from_nanos(self.t);
+            let t0 = self.clock.t;
+            let now = self.clock.now();
             self.sess
                 .request(now, &permit, req, &mut self.cdrv)
                 .expect("request submitted");
             'rt: loop {
-                let now = self.tick(real);
+                let now = self.clock.tick(real);
                 self.serve(now);
                 self.cdrv.poll(now, &mut self.sess);
                 while let Some(ev) = self.sess.poll_event() {
@@ -365,10 +348,10 @@ impl Rig {
                     }
                 }
                 assert!(
-                    self.t - t0 < 10_000_000_000,
+                    self.clock.t - t0 < 10_000_000_000,
                     "no completion for round trip {} after {} ns",
                     self.done,
-                    self.t - t0
+                    self.clock.t - t0
                 );
             }
             permits.put(permit);
@@ -385,7 +368,7 @@ impl Rig {
         let permits = Arc::clone(self.sess.permits().expect("open"));
         let mut inflight = 0u64;
         let mut submitted = self.done;
-        let mut t0 = self.t;
+        let mut t0 = self.clock.t;
         while self.done < until {
             while inflight < u64::from(self.depth) && submitted < until {
                 let permit = permits
@@ -403,7 +386,7 @@ impl Rig {
                     }),
                     ctx: submitted,
                 };
-                let now = Instant::from_nanos(self.t);
+                let now = self.clock.now();
                 self.sess
                     .request(now, &permit, req, &mut self.cdrv)
                     .expect("request submitted");
@@ -412,7 +395,7 @@ impl Rig {
                 submitted += 1;
                 inflight += 1;
             }
-            let now = self.tick(real);
+            let now = self.clock.tick(real);
             self.serve(now);
             self.cdrv.poll(now, &mut self.sess);
             while let Some(ev) = self.sess.poll_event() {
@@ -423,14 +406,14 @@ impl Rig {
                     permits.put(permit);
                     inflight -= 1;
                     self.done += 1;
-                    t0 = self.t;
+                    t0 = self.clock.t;
                 }
             }
             assert!(
-                self.t - t0 < 10_000_000_000,
+                self.clock.t - t0 < 10_000_000_000,
                 "no completion after request {} for {} ns",
                 self.done,
-                self.t - t0
+                self.clock.t - t0
             );
         }
     }
