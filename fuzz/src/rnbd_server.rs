@@ -109,7 +109,7 @@ pub fn run(input: &Input) {
             one(&mut s, &mut e, tag as u64, req);
         }
         // Close everything the session has open, as its disconnect does.
-        let open: Vec<u32> = s.devices().keys().copied().collect();
+        let open: Vec<u32> = s.devices().keys().collect();
         for id in open {
             let mut m = [0u8; Close::LEN];
             Close { device_id: id }.emit(&mut m);
@@ -169,7 +169,7 @@ fn one(s: &mut ServerSession, e: &mut Exports<MemBackend>, tag: u64, req: &Req) 
                 dev_name,
             }
             .emit(&mut m);
-            let before: Vec<u32> = s.devices().keys().copied().collect();
+            let before: Vec<u32> = s.devices().keys().collect();
             let r = request(s, e, tag, dir(!write_dir), &m, usize::from(*chunk));
             if r.answer == 0 {
                 assert!(!write_dir, "an OPEN sent as an RTRS WRITE was accepted");
@@ -188,7 +188,7 @@ fn one(s: &mut ServerSession, e: &mut Exports<MemBackend>, tag: u64, req: &Req) 
                 );
             } else {
                 // A refused open leaves the session's devices as they were.
-                let mut after: Vec<u32> = s.devices().keys().copied().collect();
+                let mut after: Vec<u32> = s.devices().keys().collect();
                 let mut b = before;
                 b.sort_unstable();
                 after.sort_unstable();

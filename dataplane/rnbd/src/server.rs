@@ -13,7 +13,6 @@
 //! completion whose tag belongs to this session. Each returns the response (`errno`, 0 for
 //! success) to send with `resp_rdma`, or `None` while the IO is in flight.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 
 use crate::backend::{Backend, BlkIo, BlkOp};
@@ -22,6 +21,9 @@ use crate::wire::{
     AccessMode, CACHE_FUA, CACHE_WRITEBACK, Close, F_FUA, F_PREFLUSH, Io, Msg, Op, OpenRsp,
     PROTO_VER_MAJOR, SECTOR, SessInfoRsp,
 };
+
+mod devs;
+pub use devs::SessDevs;
 
 /// The direction of an RTRS request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,8 +103,7 @@ pub struct SessStats {
 pub struct ServerSession {
     name: String,
     ver: u8,
-    devices: HashMap<u32, SessDev>,
-    next_id: u32,
+    devices: SessDevs,
     stats: SessStats,
 }
 
@@ -112,8 +113,7 @@ impl ServerSession {
         Self {
             name: name.into(),
             ver: PROTO_VER_MAJOR,
-            devices: HashMap::new(),
-            next_id: 0,
+            devices: SessDevs::default(),
             stats: SessStats::default(),
         }
     }
@@ -124,7 +124,7 @@ impl ServerSession {
     }
 
     /// The devices this session has open, by id.
-    pub fn devices(&self) -> &HashMap<u32, SessDev> {
+    pub fn devices(&self) -> &SessDevs {
         &self.devices
     }
 
@@ -215,7 +215,7 @@ impl ServerSession {
             .devices
             .iter()
             .find(|(_, d)| d.name == name)
-            .map(|(id, d)| (*id, d.path.clone()));
+            .map(|(id, d)| (id, d.path.clone()));
         let (id, path) = match known {
             Some(x) => x,
             None => match exports.open(&self.name, name, mode) {
@@ -223,18 +223,13 @@ impl ServerSession {
                     let Some(export) = exports.id_of(&path) else {
                         return libc::ENOENT;
                     };
-                    let id = self.next_id;
-                    self.next_id = self.next_id.wrapping_add(1);
-                    self.devices.insert(
-                        id,
-                        SessDev {
-                            path: path.clone(),
-                            export,
-                            name: name.to_vec(),
-                            mode,
-                            stats: DevStats::default(),
-                        },
-                    );
+                    let id = self.devices.insert(SessDev {
+                        path: path.clone(),
+                        export,
+                        name: name.to_vec(),
+                        mode,
+                        stats: DevStats::default(),
+                    });
                     (id, path)
                 }
                 Err(e) => {

@@ -109,7 +109,7 @@ fn rnbd<P: Provider>(srv: &RnbdServer<P, AnyBackend>, about: &About, listen: &[S
                     .map(|(id, d)| {
                         let st = d.stats;
                         (
-                            *id,
+                            id,
                             json!({
                                 "device_id": id,
                                 "name": String::from_utf8_lossy(&d.name),
