@@ -178,6 +178,58 @@ fn test_open_write_read_close() {
     );
 }
 
+fn close(s: &mut ServerSession, e: &mut Exports<MemBackend>, device_id: u32) -> i32 {
+    let mut c = [0u8; Close::LEN];
+    Close { device_id }.emit(&mut c);
+    req(s, e, Dir::Write, &c, &mut [])
+}
+
+/// Device ids are the lowest free ones, as `rnbd-srv`'s `xa_alloc` gives them: an id closed
+/// is given again to the next open, and then names the new device only.
+#[test]
+fn test_device_ids_are_lowest_free_and_a_closed_id_names_nothing() {
+    let mut e = exports();
+    e.add(
+        "/mem/disk1",
+        MemBackend::new("t-rnbd-srv1", 1 << 20, 64).unwrap(),
+    );
+    let mut s = ServerSession::new("s1");
+    let a = open(&mut s, &mut e, b"disk0", AccessMode::Rw)
+        .unwrap()
+        .device_id;
+    let b = open(&mut s, &mut e, b"disk1", AccessMode::Ro)
+        .unwrap()
+        .device_id;
+    assert_eq!((a, b), (0, 1));
+    assert_eq!(close(&mut s, &mut e, a), 0);
+    assert_eq!(s.devices().len(), 1);
+    assert!(!s.devices().contains_key(&a));
+    let mut r = vec![0u8; 512];
+    let read = Rw::new(Op::Read, 0);
+    assert_eq!(
+        io(&mut s, &mut e, Dir::Read, a, read, 0, &mut r),
+        libc::ENOTCONN
+    );
+    // disk1 keeps its id; disk0 reopened gets the freed one back and is disk0 again.
+    let a2 = open(&mut s, &mut e, b"disk0", AccessMode::Rw)
+        .unwrap()
+        .device_id;
+    assert_eq!(a2, 0);
+    assert_eq!(s.devices()[&a2].path, PathBuf::from("/mem/disk0"));
+    assert_eq!(s.devices()[&b].path, PathBuf::from("/mem/disk1"));
+    assert_eq!(io(&mut s, &mut e, Dir::Read, a2, read, 0, &mut r), 0);
+    assert_eq!(s.devices().keys().collect::<Vec<_>>(), [0, 1]);
+    assert_eq!(close(&mut s, &mut e, b), 0);
+    assert_eq!(close(&mut s, &mut e, b), libc::ENOTCONN);
+    assert_eq!(close(&mut s, &mut e, a2), 0);
+    assert!(s.devices().is_empty());
+    // A third device after both closed starts from 0 again.
+    let c = open(&mut s, &mut e, b"disk1", AccessMode::Ro)
+        .unwrap()
+        .device_id;
+    assert_eq!(c, 0);
+}
+
 #[test]
 fn test_second_writer_is_eperm_and_readonly_cannot_write() {
     let mut e = exports();
