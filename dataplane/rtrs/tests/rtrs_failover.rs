@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use dp_rtrs::clt::{ClientEvent, ClientState, MpPolicy};
-use dp_rtrs::sim::Sim;
+use dp_rtrs::sim::{ClientSide, Sim};
 use dp_rtrs::timer::Instant;
 
 #[derive(Clone, Copy, Debug)]
@@ -350,4 +350,69 @@ fn test_lossy_link_no_io_lost() {
         (0, 0, 0)
     );
     let _ = Instant::ZERO;
+}
+
+/// A path the user disconnects under load fails its requests over as a dead one does, and
+/// fences their chunks: the server may still work in them. The path stays closed (a user
+/// disconnect does not reconnect), so the chunks stay parked, counted by `fenced_chunks`,
+/// and no other permit is lost; the user's reconnect lifts them (found by the `rtrs_client`
+/// fuzz target, whose invariant said every permit comes back).
+#[test]
+fn test_user_disconnect_keeps_fences_until_the_user_reconnects() {
+    let mut s = open_sim(182, |c| {
+        c.latency = Duration::from_micros(20);
+        c.links = 2;
+    });
+    s.handler.delay = Duration::from_micros(30);
+    s.app.target = 48;
+    s.app.track = true;
+    s.run_for(Duration::from_millis(5));
+    let p0 = s.paths[0];
+    let held = (0..64u16)
+        .filter(|&i| s.client.request_path(i) == Some(p0))
+        .count();
+    assert!(held >= 5, "requests in flight on the path: {held}");
+    let now = s.now;
+    s.client
+        .disconnect_path(now, p0, &mut ClientSide(&mut s.net))
+        .expect("disconnect");
+    s.app.interval = Duration::from_micros(100);
+    s.run_for(Duration::from_millis(200));
+    assert_eq!(s.client.path_state(p0), Some(ClientState::Closed));
+    let fenced = s.client.fenced_chunks();
+    assert!(fenced >= held, "fenced {fenced} of {held}");
+    // The load ends: what is still taken is exactly the fenced chunks.
+    s.app.target = 0;
+    s.run_for(Duration::from_millis(100));
+    assert_eq!(s.app.inflight(), 0);
+    let permits = s.client.permits().unwrap().clone();
+    assert_eq!(
+        permits.in_use() as usize,
+        fenced,
+        "only fenced permits are held"
+    );
+    assert_eq!(
+        s.client.fenced_chunks(),
+        fenced,
+        "the fences outlive the drain"
+    );
+    // The user brings the path back: its fences lift and every permit is free.
+    let now = s.now;
+    s.client
+        .reconnect_path(now, p0, &mut ClientSide(&mut s.net))
+        .expect("reconnect");
+    let back = s.run_until_cond(Duration::from_secs(10), |s| {
+        s.client.path_state(p0) == Some(ClientState::Connected)
+    });
+    assert!(back, "the path came back: {:?}", s.client.path_error(p0));
+    assert_eq!(
+        s.client.fenced_chunks(),
+        0,
+        "the reconnect lifts the fences"
+    );
+    assert_eq!(permits.in_use(), 0, "every permit is back");
+    assert_eq!(s.app.failed, 0);
+    assert_eq!(s.app.verify_errors, 0);
+    assert_eq!(s.app.spurious, 0);
+    assert_eq!(s.handler.chunk_reuses, 0);
 }
