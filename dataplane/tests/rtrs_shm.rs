@@ -680,7 +680,13 @@ fn always_invalidate_rotates_every_chunk_key_over_shm() {
         usize::from(QD),
         "a key of its own per chunk: {first:x?}"
     );
-    let rw = |b: u64| if b % 3 == 0 { Dir::Write } else { Dir::Read };
+    let rw = |b: u64| {
+        if b.is_multiple_of(3) {
+            Dir::Write
+        } else {
+            Dir::Read
+        }
+    };
     // QD requests in flight use every chunk; 1000 turn each about 31 times, below the wrap.
     c.run(1000, usize::from(QD), rw, |_| {});
     c.drain();
