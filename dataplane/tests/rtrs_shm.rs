@@ -17,6 +17,7 @@ use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use dataplane::fabric::RemoteAddr;
 use dataplane::fabric::shm::{Shm, ShmConfig, ShmDevice};
 use dataplane::rtrs::clt::{ClientConfig, ClientEvent, ClientSession, DataRef, MpPolicy, Request};
 use dataplane::rtrs::error::{PathError, Violation};
@@ -24,7 +25,7 @@ use dataplane::rtrs::fabric::{ClientDriver, ClientDriverConfig, PathKill, Server
 use dataplane::rtrs::permit::{ConType, Permit, Wait};
 use dataplane::rtrs::srv::{Server, ServerConfig, ServerEvent, ServerIo};
 use dataplane::rtrs::wire::{Geometry, Imm, ImmType, IoRsp};
-use dataplane::rtrs::work::{Dir, PathId, SrcRef};
+use dataplane::rtrs::work::{Dir, PathId, SrcRef, inc_rkey};
 use lcore::poll_loop::{Ctx, LoopBuilder, LoopConfig, PollMode};
 use lcore::stop::StopToken;
 use lcore::time::{Clock, Instant, RealClock};
@@ -110,6 +111,28 @@ struct Serve {
     zcopy: bool,
     /// Each listen address on a device of its own (and each client path on its own).
     device_per_path: bool,
+    /// `always_invalidate`: each chunk's key invalidated while its request is handled and
+    /// rotated for the answer.
+    always_invalidate: bool,
+    /// While set, requests are held (the handler answers them once it clears).
+    hold: Option<&'static Hold>,
+}
+
+/// A server's handler holding its requests: while `on`, requests (and the server's other
+/// events) wait unanswered, and `held` says how many requests.
+#[derive(Debug)]
+struct Hold {
+    on: AtomicBool,
+    held: AtomicU64,
+}
+
+impl Hold {
+    const fn new() -> Self {
+        Self {
+            on: AtomicBool::new(false),
+            held: AtomicU64::new(0),
+        }
+    }
 }
 
 /// A server that stops polling while `pause.0` is set, with heartbeats every `pause.1`;
@@ -140,7 +163,7 @@ fn any_server(
         let mut cfg = ServerConfig {
             queue_depth: QD,
             chunk_size: 8192,
-            always_invalidate: false,
+            always_invalidate: serve.always_invalidate,
             ..ServerConfig::default()
         };
         if let Some((_, hb)) = &pause {
@@ -154,6 +177,7 @@ fn any_server(
         let mut usr = [0u8; 8];
         let mut data = vec![0u8; BS];
         let mut source: Option<(Arc<Region>, u32)> = None;
+        let mut held: Vec<ServerEvent> = Vec::new();
         let mut b = LoopBuilder::<(), _>::new(
             LoopConfig {
                 mode: PollMode::hybrid_default(),
@@ -175,6 +199,19 @@ fn any_server(
             served.violation_closes = srv.stats().violation_closes;
             while let Some(ev) = srv.poll_event() {
                 work += 1;
+                held.push(ev);
+            }
+            if let Some(h) = serve.hold {
+                let n = held
+                    .iter()
+                    .filter(|e| matches!(e, ServerEvent::Request { .. }))
+                    .count();
+                h.held.store(n as u64, Ordering::Relaxed);
+                if h.on.load(Ordering::Relaxed) {
+                    return work;
+                }
+            }
+            for ev in held.drain(..) {
                 let ServerEvent::Request {
                     op,
                     sess,
@@ -264,6 +301,8 @@ struct Client {
     /// Block each permit's request names.
     blocks: Vec<u64>,
     dirs: Vec<Dir>,
+    /// Lanes requests take in turn (one per IO connection).
+    lanes: u16,
     idle: Idle,
     done: u64,
     failed: u64,
@@ -281,10 +320,11 @@ impl Client {
 
     /// Opens a session; `Err` with the path error if the open fails.
     fn try_open(dir: &Path, addrs: &[SocketAddr], policy: MpPolicy) -> Result<Self, PathError> {
-        Self::open_with(dir, addrs, policy, None, false, false)
+        Self::open_with(dir, addrs, policy, None, false, false, 1)
     }
 
-    /// Opens a session with heartbeats every `hb` (default 5 s).
+    /// Opens a session with heartbeats every `hb` (default 5 s) and `io_connections` per
+    /// path (requests spread over them by lane).
     fn open_with(
         dir: &Path,
         addrs: &[SocketAddr],
@@ -292,6 +332,7 @@ impl Client {
         hb: Option<Duration>,
         device_per_path: bool,
         per_io: bool,
+        io_connections: u16,
     ) -> Result<Self, PathError> {
         let clock = RealClock::new();
         let mut drv = ClientDriver::<Shm>::new(
@@ -326,6 +367,7 @@ impl Client {
         let name = format!("rtrs-shm-test-{n}");
         let mut cfg = ClientConfig::new(name.as_bytes(), [n as u8; 16]).unwrap();
         cfg.policy = policy;
+        cfg.io_connections = io_connections;
         cfg.reconnect_delay = Duration::from_millis(200);
         if let Some(hb) = hb {
             cfg.hb_interval = hb;
@@ -348,6 +390,7 @@ impl Client {
             permits: (0..QD).map(|_| None).collect(),
             blocks: vec![0; usize::from(QD)],
             dirs: vec![Dir::Read; usize::from(QD)],
+            lanes: io_connections,
             idle: Idle(None),
             done: 0,
             failed: 0,
@@ -386,7 +429,8 @@ impl Client {
         let Some(permits) = self.sess.permits().cloned() else {
             return false;
         };
-        let Some(p) = permits.get(ConType::Io, 0, Wait::NoWait) else {
+        let lane = (block % u64::from(self.lanes)) as u16;
+        let Some(p) = permits.get(ConType::Io, lane, Wait::NoWait) else {
             return false;
         };
         let id = p.id();
@@ -508,6 +552,20 @@ impl Client {
         while self.sess.poll_event().is_some() {}
     }
 
+    /// Turns until `path` is up (a `PathUp` among the events since they were last cleared),
+    /// at most `within`.
+    fn wait_up(&mut self, path: PathId, within: Duration) {
+        let deadline = std::time::Instant::now() + within;
+        while self.path_up_count(path) == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the path never came back: {:?}",
+                self.path_events
+            );
+            self.turn();
+        }
+    }
+
     fn path_up_count(&self, path: PathId) -> usize {
         self.path_events
             .iter()
@@ -555,7 +613,7 @@ fn per_io_registration_reads_land_through_windows() {
     let (h, ready) = server(d.clone(), addrs.clone(), Arc::clone(&stop));
     ready.recv().unwrap();
     let mut c =
-        Client::open_with(&d, &addrs, MpPolicy::RoundRobin, None, false, true).expect("open");
+        Client::open_with(&d, &addrs, MpPolicy::RoundRobin, None, false, true, 1).expect("open");
     c.run(
         4000,
         usize::from(QD),
@@ -570,6 +628,172 @@ fn per_io_registration_reads_land_through_windows() {
     assert_eq!((done, failed, bad), (4000, 0, 0));
     assert_eq!(served.bad_writes, 0);
     assert!(served.reads > 2500, "{served:?}");
+    let _ = std::fs::remove_dir_all(d);
+}
+
+/// A server on `addrs` run as `serve` says (no tamper, no pause); returns once it listens,
+/// with the flag that stops it.
+fn serve_on(d: &Path, addrs: &[SocketAddr], serve: Serve) -> (JoinHandle<Served>, Arc<AtomicBool>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (h, ready) = any_server(
+        d.to_path_buf(),
+        addrs.to_vec(),
+        Arc::clone(&stop),
+        Tamper::default(),
+        None,
+        serve,
+    );
+    ready.recv().unwrap();
+    (h, stop)
+}
+
+/// `always_invalidate` (Linux's default): each chunk is a memory window of its own, its key
+/// invalidated when a request lands and the window bound again under the next key for the
+/// answer, which tells the client (`rkey_rsp`). The chunks' region has no remote right of
+/// its own, so a request into a chunk whose window were not bound could not land. Two IO
+/// connections (a chunk bound on one is written through the other; the first binds ran on
+/// connection 0), every chunk rotated over 300 times (past the 8-bit consumer key's wrap),
+/// every byte checked.
+#[test]
+fn always_invalidate_rotates_every_chunk_key_over_shm() {
+    let d = dir("aiv");
+    let addrs = vec![addr(7121)];
+    let serve = Serve {
+        always_invalidate: true,
+        ..Serve::default()
+    };
+    let (h, stop) = serve_on(&d, &addrs, serve);
+    let mut c =
+        Client::open_with(&d, &addrs, MpPolicy::MinInflight, None, false, false, 2).expect("open");
+    let path = c.sess.paths().next().unwrap();
+    let keys = |c: &Client| -> Vec<u32> {
+        (0..QD)
+            .map(|k| c.sess.debug_rbuf(path, k).expect("a chunk").1)
+            .collect()
+    };
+    let first = keys(&c);
+    let mut windows: Vec<u32> = first.iter().map(|k| k >> 8).collect();
+    windows.sort_unstable();
+    windows.dedup();
+    assert_eq!(
+        windows.len(),
+        usize::from(QD),
+        "a key of its own per chunk: {first:x?}"
+    );
+    let rw = |b: u64| {
+        if b.is_multiple_of(3) {
+            Dir::Write
+        } else {
+            Dir::Read
+        }
+    };
+    // QD requests in flight use every chunk; 1000 turn each about 31 times, below the wrap.
+    c.run(1000, usize::from(QD), rw, |_| {});
+    c.drain();
+    let after = keys(&c);
+    for (k, (a, b)) in first.iter().zip(&after).enumerate() {
+        assert_ne!(a, b, "chunk {k}: the client got a new key");
+        assert_eq!(a >> 8, b >> 8, "chunk {k}: the same window");
+    }
+    c.run(9000, usize::from(QD), rw, |_| {});
+    c.drain();
+    let (done, failed, bad) = (c.done, c.failed, c.bad_reads);
+    c.close();
+    stop.store(true, Ordering::Relaxed);
+    let served = h.join().unwrap();
+    assert_eq!((done, failed, bad), (10_000, 0, 0));
+    assert_eq!(served.bad_writes, 0, "every WRITE lands intact");
+    assert!(served.reads > 6000 && served.writes > 3000, "{served:?}");
+    assert_eq!(served.violation_closes, 0);
+    let _ = std::fs::remove_dir_all(d);
+}
+
+/// Writes 8 bytes to `addr` of `path`'s server under `key`, outside the protocol (a raw RDMA
+/// WRITE on the path's IO connection): true if it went through, false if it failed (the
+/// path went down).
+fn probe(c: &mut Client, path: PathId, addr: u64, key: u32) -> bool {
+    c.path_events.clear();
+    let before = c.drv.debug_private_done(path);
+    c.drv
+        .debug_write(path, 1, RemoteAddr { addr, rkey: key }, 8)
+        .expect("posted");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the probe never completed"
+        );
+        c.turn();
+        if c.drv.debug_private_done(path) > before {
+            return true;
+        }
+        if c.path_events
+            .iter()
+            .any(|e| matches!(e, ClientEvent::PathDown { path: p, .. } if *p == path))
+        {
+            return false;
+        }
+    }
+}
+
+/// `always_invalidate`'s invalidation is real: a chunk's key works while the chunk is free
+/// (the probe is sound), stops working once a request into the chunk has landed (the
+/// server's LOCAL_INV, before the handler reads the chunk), and stays dead after the answer
+/// (which rotated the key): a raw RDMA WRITE with it fails, and so does the path.
+#[test]
+fn always_invalidate_old_chunk_keys_stop_working() {
+    static HOLD: Hold = Hold::new();
+    let d = dir("aiv-stale");
+    let addrs = vec![addr(7131)];
+    let serve = Serve {
+        always_invalidate: true,
+        hold: Some(&HOLD),
+        ..Serve::default()
+    };
+    let (h, stop) = serve_on(&d, &addrs, serve);
+    let mut c = Client::open(&d, &addrs, MpPolicy::MinInflight);
+    let path = c.sess.paths().next().unwrap();
+    // One request at a time takes permit 0: chunk 0.
+    let (at, k0) = c.sess.debug_rbuf(path, 0).unwrap();
+    assert!(probe(&mut c, path, at, k0), "the key of a free chunk works");
+    c.run(1, 1, |_| Dir::Read, |_| {});
+    let (_, k1) = c.sess.debug_rbuf(path, 0).unwrap();
+    assert_eq!(k1, inc_rkey(k0), "the answer brought the chunk's next key");
+    assert!(probe(&mut c, path, at, k1), "the new key works");
+    c.run(1, 1, |_| Dir::Write, |_| {});
+    let (_, k2) = c.sess.debug_rbuf(path, 0).unwrap();
+    assert_eq!(k2, inc_rkey(k1));
+    assert!(
+        !probe(&mut c, path, at, k1),
+        "a chunk's key from before its last answer is dead"
+    );
+    // The path comes back with a table of its own; the same again, while the server holds
+    // a request in the chunk.
+    c.wait_up(path, Duration::from_secs(20));
+    let (at, k0) = c.sess.debug_rbuf(path, 0).unwrap();
+    assert!(probe(&mut c, path, at, k0), "the key of a free chunk works");
+    HOLD.on.store(true, Ordering::Relaxed);
+    assert!(c.submit(Dir::Read, 7));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while HOLD.held.load(Ordering::Relaxed) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the request never landed"
+        );
+        c.turn();
+    }
+    assert!(
+        !probe(&mut c, path, at, k0),
+        "a chunk's key is dead while its request is handled"
+    );
+    HOLD.on.store(false, Ordering::Relaxed);
+    c.drain();
+    let failed = c.failed;
+    c.close();
+    stop.store(true, Ordering::Relaxed);
+    let served = h.join().unwrap();
+    assert!(failed <= 1, "at most the held request fails: {failed}");
+    assert_eq!(served.bad_writes, 0);
     let _ = std::fs::remove_dir_all(d);
 }
 
@@ -642,16 +866,7 @@ fn reads_from_a_source_survive_a_path_kill_and_reconnect() {
 fn fails_over_and_reconnects(name: &str, ports: [u16; 2], serve: Serve, how: PathKill) {
     let d = dir(name);
     let addrs = vec![addr(ports[0]), addr(ports[1])];
-    let stop = Arc::new(AtomicBool::new(false));
-    let (h, ready) = any_server(
-        d.clone(),
-        addrs.clone(),
-        Arc::clone(&stop),
-        Tamper::default(),
-        None,
-        serve,
-    );
-    ready.recv().unwrap();
+    let (h, stop) = serve_on(&d, &addrs, serve);
     let mut c = Client::open_with(
         &d,
         &addrs,
@@ -659,6 +874,7 @@ fn fails_over_and_reconnects(name: &str, ports: [u16; 2], serve: Serve, how: Pat
         None,
         serve.device_per_path,
         false,
+        1,
     )
     .expect("open");
     let victim = c.sess.paths().next().unwrap();
@@ -681,15 +897,7 @@ fn fails_over_and_reconnects(name: &str, ports: [u16; 2], serve: Serve, how: Pat
         "the path was killed under load"
     );
     // The path reconnects (after the 200 ms delay and the 1 s backoff) and takes traffic.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while c.path_up_count(victim) == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the path never came back: {:?}",
-            c.path_events
-        );
-        c.turn();
-    }
+    c.wait_up(victim, Duration::from_secs(10));
     let before = c.sess.path_stats(victim).unwrap().rdma.read_cnt;
     c.run(1000, usize::from(QD), |_| Dir::Read, |_| {});
     let after = c.sess.path_stats(victim).unwrap().rdma.read_cnt;
@@ -841,7 +1049,7 @@ fn server_that_stops_polling_is_detected_by_heartbeats_then_path_reconnects() {
     );
     ready.recv().unwrap();
     let mut c =
-        Client::open_with(&d, &addrs, MpPolicy::MinInflight, Some(hb), false, false).unwrap();
+        Client::open_with(&d, &addrs, MpPolicy::MinInflight, Some(hb), false, false, 1).unwrap();
     c.run(200, 4, |_| Dir::Read, |_| {});
     c.drain();
     let path = c.sess.paths().next().unwrap();
@@ -868,15 +1076,7 @@ fn server_that_stops_polling_is_detected_by_heartbeats_then_path_reconnects() {
         "declared dead too early: {detected:?}"
     );
     pause.store(false, Ordering::Relaxed);
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    while c.path_up_count(path) == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never reconnected: {:?}",
-            c.path_events
-        );
-        c.turn();
-    }
+    c.wait_up(path, Duration::from_secs(15));
     c.run(200, 4, |_| Dir::Read, |_| {});
     c.drain();
     assert_eq!(c.failed + c.bad_reads, 0);

@@ -590,6 +590,12 @@ pub struct DeviceAttr {
     pub max_rep_private_data: usize,
     /// Bytes of private data a reject may carry.
     pub max_rej_private_data: usize,
+    /// True if a bound memory window ([`SendOp::BindMw`]) is reachable through every queue
+    /// pair of its protection domain, whichever bound it (shm); false if only through the
+    /// queue pair that bound it (verbs type-2 windows: Soft-RoCE's are type 2B), or if the
+    /// provider has no windows. A protocol that binds a key on one connection and hands it
+    /// to a peer that may use it on another (an RTRS server's `always_invalidate`) needs it.
+    pub mw_domain_wide: bool,
 }
 
 /// Size of the Global Routing Header area at the start of every UD receive buffer.

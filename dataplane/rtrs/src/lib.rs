@@ -96,12 +96,16 @@
 //!   `Completion::invalidated`); both providers implement them (verbs: type 2, which must
 //!   be invalidated before a rebind; on Soft-RoCE type 2B, and a window access is checked
 //!   only against its region's bounds: see `dp-verbs`). The client driver in [`fabric`] registers per IO with them
-//!   when asked (a window per permit); the server driver does not do `always_invalidate`
-//!   with them yet (a window per chunk). A client and server that both keep their
+//!   when asked (a window per permit); the server driver does `always_invalidate` with
+//!   them (a window per chunk) on providers whose windows every queue pair of the domain
+//!   reaches (`DeviceAttr::mw_domain_wide`: shm; not verbs, where a window is reachable
+//!   only through the queue pair that bound it, and a client spreads a chunk's requests
+//!   over its connections: see [`fabric`]). A client and server that both keep their
 //!   memory registered once (client: [`clt::Mapped::register`] `None`; server:
 //!   `always_invalidate = false`) need none of it, and spend two work requests less per IO.
 //! * Registered memory the driver owns: the server's chunks (`queue_depth * chunk_size`
-//!   per session, registered for remote write on every path's device,
+//!   per session, registered for remote write on every path's device, or with
+//!   `always_invalidate` for window binding, a key per chunk,
 //!   [`srv::ServerIo::map_chunks`]); the client's per-permit header buffers (`max_hdr_size`
 //!   each, local access, registered on every path's device); the client's data buffers,
 //!   named by [`clt::DataRef`] and resolved per path ([`clt::ClientIo::map_data`]).

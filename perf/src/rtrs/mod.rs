@@ -143,6 +143,11 @@ pub struct RtrsArgs {
     /// (`resp_rdma_from`, zero copy; the default).
     #[arg(long)]
     pub server_copy: bool,
+    /// Server: invalidate each chunk's key while its request is handled and answer under a
+    /// new one (`always_invalidate`, Linux's default: a memory window per chunk, over shm;
+    /// verbs refuses it), instead of registering the chunks once.
+    #[arg(long)]
+    pub always_invalidate: bool,
     /// The first path's port.
     #[arg(short = 'p', long, default_value_t = 18600)]
     pub port: u16,
@@ -251,6 +256,7 @@ impl RtrsArgs {
                     bs: self.bs,
                     busy,
                     copy: self.server_copy,
+                    always_invalidate: self.always_invalidate,
                 },
             )?;
             return Ok(RtrsReport {
@@ -298,6 +304,10 @@ impl RtrsArgs {
             ]
             .into_iter()
             .chain(self.server_copy.then(|| "--server-copy".to_string()))
+            .chain(
+                self.always_invalidate
+                    .then(|| "--always-invalidate".to_string()),
+            )
             .map(Into::into)
             .collect(),
         });

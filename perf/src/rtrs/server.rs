@@ -54,6 +54,8 @@ pub(super) struct Answer {
     pub(super) busy: bool,
     /// READs through the chunk instead of from the disk.
     pub(super) copy: bool,
+    /// Each chunk's key invalidated per request and rotated (`always_invalidate`).
+    pub(super) always_invalidate: bool,
 }
 
 /// Serves one client session on `addrs` (one listener per path) until the client says bye
@@ -68,6 +70,7 @@ pub(super) fn serve<P: Provider>(
         bs,
         busy,
         copy,
+        always_invalidate,
     } = how;
     let fail = |what: &str, e: &dyn std::fmt::Display| PerfError::Fabric(format!("{what}: {e}"));
     let clock = RealClock::new();
@@ -75,7 +78,7 @@ pub(super) fn serve<P: Provider>(
     let mut srv = Server::new(ServerConfig {
         queue_depth,
         chunk_size: chunk_size(bs),
-        always_invalidate: false,
+        always_invalidate,
         ..ServerConfig::default()
     })
     .map_err(|e| PerfError::Usage(format!("server configuration: {e}")))?;

@@ -127,6 +127,9 @@ impl ShmDevice {
             max_req_private_data: 196,
             max_rep_private_data: 196,
             max_rej_private_data: 148,
+            // A window is an entry of the domain's key table, which every queue pair of
+            // the domain checks (module `pd`).
+            mw_domain_wide: true,
         };
         let service = Service::new().map_err(|e| FabricError::Io {
             op: "creating the control service",

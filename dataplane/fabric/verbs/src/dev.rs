@@ -231,6 +231,9 @@ unsafe fn query(list: DevList, ctx: *mut ffi::ibv_context, cfg: VerbsConfig) -> 
         max_req_private_data: req,
         max_rep_private_data: rep,
         max_rej_private_data: rej,
+        // A type-2 window is tied to the queue pair that bound it: only that queue pair's
+        // peer reaches it (Soft-RoCE's are type 2B; see the crate doc).
+        mw_domain_wide: false,
     };
     Ok(DevInner {
         _list: list,

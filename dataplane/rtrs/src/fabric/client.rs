@@ -13,7 +13,9 @@ use dp_fabric::{
 use mempool::memory::{Region, RegionConfig};
 
 use super::PathKill;
-use super::qp::{ConnTable, LocalMem, PathConns, QpRes, errno_of, gone, poll_conn};
+use super::qp::{
+    ConnTable, LocalMem, PathConns, QpRes, alloc_windows, errno_of, gone, poll_conn, write_bind,
+};
 use crate::clt::{ClientIo, ClientSession, DataRef, Mapped};
 use crate::timer::Instant;
 use crate::work::{CmEvent, Conn, Dir, OutOfBounds, PathId, QpSizes, RecvBuf, RegToken, Wr};
@@ -76,8 +78,11 @@ impl<P: Provider> LocalMem for PathMem<P> {
         None
     }
 
-    fn bind_of(&self, token: RegToken) -> Option<SendOp> {
-        self.windows.get(usize::try_from(token).ok()?)?.bind
+    fn bind_of(&self, w: &Wr<'_>) -> Option<SendOp> {
+        match *w {
+            Wr::Register { token, .. } => self.windows.get(usize::try_from(token).ok()?)?.bind,
+            _ => None,
+        }
     }
 }
 
@@ -250,6 +255,48 @@ impl<P: Provider> ClientDriver<P> {
     #[cfg(feature = "testing")]
     pub fn set_tamper_imm(&mut self, f: Option<fn(u32) -> u32>) {
         self.tamper_imm = f;
+    }
+
+    /// Test kit (feature `testing`): posts an RDMA WRITE of the first `len` bytes of the
+    /// header buffers to `remote` on connection `cid` of `path`, outside the protocol, as a
+    /// peer may at any time: what a server's keys let through (a stale chunk key must not).
+    /// Its success is only counted ([`debug_private_done`](Self::debug_private_done)); its
+    /// failure fails the path, as any failed request does. Never in shipped code.
+    ///
+    /// # Errors
+    /// No such connection, `len` beyond the header buffers, or the provider's refusal.
+    #[cfg(feature = "testing")]
+    pub fn debug_write(
+        &mut self,
+        path: PathId,
+        cid: u16,
+        remote: dp_fabric::RemoteAddr,
+        len: u32,
+    ) -> Result<(), PostError> {
+        let p = self.path_mut(path).ok_or_else(gone)?;
+        let CPath { conns, mem, .. } = p;
+        let m = mem.as_ref().ok_or_else(gone)?;
+        if len as usize > m.iu.len() {
+            return Err(PostError {
+                index: 0,
+                kind: dp_fabric::PostErrorKind::MessageTooLong,
+            });
+        }
+        let q = conns
+            .get_mut(usize::from(cid))
+            .and_then(Option::as_mut)
+            .ok_or_else(gone)?;
+        let sge = [m.iu.sge(0, len)];
+        q.post_private(&[(SendOp::Write(remote), &sge[..])])
+    }
+
+    /// Test kit (feature `testing`): how many of the path's [`debug_write`](Self::debug_write)s
+    /// completed successfully, on its live connections.
+    #[cfg(feature = "testing")]
+    pub fn debug_private_done(&self, path: PathId) -> u64 {
+        self.path(path).map_or(0, |p| {
+            p.conns.iter().flatten().map(|q| q.private_done).sum()
+        })
     }
 
     /// The server address a path connects to.
@@ -438,18 +485,15 @@ impl<P: Provider> ClientDriver<P> {
                         .map_err(|e| errno_of(&e))?,
                 );
             }
-            let mut windows = Vec::new();
-            if self.per_io {
-                for _ in 0..self.slots {
-                    let mw = pd.alloc_mw().map_err(|e| errno_of(&e))?;
-                    let key = mw.rkey();
-                    windows.push(Window {
-                        _mw: mw,
-                        key,
-                        bind: None,
-                    });
-                }
-            }
+            let n = if self.per_io { self.slots } else { 0 };
+            let windows = alloc_windows::<P>(&pd, usize::from(n))?
+                .into_iter()
+                .map(|mw| Window {
+                    key: mw.rkey(),
+                    _mw: mw,
+                    bind: None,
+                })
+                .collect();
             p.mem = Some(PathMem {
                 pd,
                 iu,
@@ -560,13 +604,7 @@ impl<P: Provider> ClientIo for ClientDriver<P> {
         if dir == Dir::Read && !mem.windows.is_empty() {
             let w = mem.windows.get_mut(usize::from(slot)).ok_or(libc::EINVAL)?;
             w.key = inc_rkey(w.key);
-            w.bind = Some(SendOp::BindMw {
-                rkey: w.key,
-                lkey,
-                access: Access::REMOTE_WRITE,
-                addr,
-                len: u64::from(data.len),
-            });
+            w.bind = Some(write_bind(w.key, lkey, addr, u64::from(data.len)));
             rkey = w.key;
             register = Some(RegToken::from(slot));
         }

@@ -81,10 +81,25 @@
 //! ([`ClientDriver::set_per_io_registration`]): a type-2 memory window per permit, bound
 //! under a fresh consumer key for each READ (`Wr::Register` posts the bind) and invalidated
 //! before the request completes (the server's SEND_WITH_INV, or `Wr::LocalInv`); it needs
-//! a provider with memory windows (shm and verbs). The server's
-//! `always_invalidate` (a window per chunk, re-bound for each response) is not posted by
-//! these drivers yet: `Wr::RegChunk` is refused with `Unsupported`, and such a server
-//! refuses connections with `-EOPNOTSUPP` (its `map_chunks` fails). `SEND_WITH_INV` is
+//! a provider with memory windows (shm and verbs).
+//!
+//! A server with `always_invalidate` (Linux's default) gives each chunk a type-2 memory
+//! window of its own over the chunk alone (the chunks' region keeps no remote right):
+//! the window's key is invalidated when a request lands (`Wr::LocalInv`) and the window
+//! bound again under `inc_rkey` of it for the response (`Wr::RegChunk`), whose `rkey_rsp`
+//! tells the client the new key; every window's first bind runs on connection 0 before
+//! the `info_rsp` leaves, so before any request. It needs windows a client reaches through
+//! any connection of the path, whichever connection bound them (a client picks the
+//! connection per request): [`DeviceAttr::mw_domain_wide`](dp_fabric::DeviceAttr), which
+//! shm has. Verbs has not: a type-2 window is reachable only through the queue pair that
+//! bound it (Soft-RoCE's are type 2B), and Linux's server uses PD-wide fast-registration
+//! MRs, which user verbs lack; so over verbs such a server refuses connections with
+//! `-EOPNOTSUPP` (its `map_chunks` fails): run it with `always_invalidate = false`. On shm
+//! the windows take `queue_depth` key slots of the path's protection domain, which has 256
+//! (the chunks' region, the handler's sources and two control buffers take one each): a
+//! queue depth up to about 250 (a larger one fails the connection with `-ENOMEM`).
+//!
+//! `SEND_WITH_INV` is posted too
 //! ([`SendOp::SendInv`](dp_fabric::types::SendOp::SendInv)): a server answers a
 //! client that asked `NEED_INVAL` (Linux's client does on every read, its buffers are
 //! fast-registered MRs) with it, as Linux's server does. Linux 6.1's client needs it: when a
@@ -95,7 +110,8 @@
 //! byte of the client's data regions (they are registered for remote write on the path),
 //! not only the buffer of a READ in flight; and a client may write any chunk of its own
 //! session. Per-IO registration (Linux's default) narrows the first to the buffers of the
-//! READs in flight; it needs the invalidation above. Other sessions' chunks and other
+//! READs in flight, and a server's `always_invalidate` the second to the chunks no request
+//! of the client holds; both need the invalidation above. Other sessions' chunks and other
 //! paths' registrations are out of reach either way (their protection domains differ).
 //!
 //! # Cost on the data path

@@ -14,7 +14,7 @@ use dp_fabric::{
 };
 use mempool::memory::{Region, RegionConfig};
 
-use crate::work::{Conn, QpSizes, RecvBuf, RegToken, SrcRef, Wc, Wr};
+use crate::work::{Conn, QpSizes, RecvBuf, SrcRef, Wc, Wr};
 
 /// The longest chain the state machines post at once (a request with its registration, a
 /// response with its data write and re-registration): longer chains are refused.
@@ -25,6 +25,32 @@ const SMALL: usize = 8;
 
 /// Completions one [`QpRes::poll`] takes, and the reposts one batch holds.
 const BATCH: usize = 32;
+
+/// The `wr_id` of the requests a driver posts on its own ([`QpRes::post_private`]), which
+/// no state machine makes (the kind `0xFF` is none of theirs): [`poll_conn`] keeps their
+/// successful completions from the state machine, and hands it their failures.
+pub(crate) const PRIVATE_WR_ID: u64 = u64::MAX;
+
+/// The bind of a memory window under `rkey` granting remote write on `len` bytes at `addr`
+/// of the `MW_BIND` region `lkey` names: a client's READ buffer (per-IO registration), a
+/// server's chunk (`always_invalidate`).
+pub(crate) const fn write_bind(rkey: u32, lkey: u32, addr: u64, len: u64) -> SendOp {
+    SendOp::BindMw {
+        rkey,
+        lkey,
+        access: Access::REMOTE_WRITE,
+        addr,
+        len,
+    }
+}
+
+/// `n` unbound memory windows in `pd`, as a negative errno if the provider has none or the
+/// domain no room for them.
+pub(crate) fn alloc_windows<P: Provider>(pd: &P::Pd, n: usize) -> Result<Vec<P::Mw>, i32> {
+    (0..n)
+        .map(|_| pd.alloc_mw().map_err(|e| errno_of(&e)))
+        .collect()
+}
 
 /// The receives a connection's state machine posted while [`poll_conn`] handed it a batch
 /// of completions, posted together as one `post_recv` list when the batch ends, or before
@@ -60,10 +86,12 @@ pub(crate) trait LocalMem {
     fn iu_sge(&self, slot: u16, len: u32) -> Option<Sge>;
     /// The first `len` bytes of chunk `chunk` (server).
     fn chunk_sge(&self, chunk: u16, len: u32) -> Option<Sge>;
-    /// The bind a request's per-IO registration `token` stands for ([`Wr::Register`],
-    /// client with per-IO registration): a memory-window bind. `None`: unknown token.
-    fn bind_of(&self, token: RegToken) -> Option<SendOp> {
-        let _ = token;
+    /// The memory-window bind a registration request stands for: a client's
+    /// [`Wr::Register`] (per-IO registration: the bind `map_data` prepared for its token),
+    /// a server's [`Wr::RegChunk`] (`always_invalidate`: the chunk's window under the new
+    /// key). `None`: another request, an unknown token or chunk, or no windows on this side.
+    fn bind_of(&self, w: &Wr<'_>) -> Option<SendOp> {
+        let _ = w;
         None
     }
     /// `len` bytes of a handler's source at its offset (server; none on a client).
@@ -154,6 +182,10 @@ pub(crate) struct QpRes<P: Provider> {
     /// pair.
     reposts: Reposts,
     wcs: [Completion; BATCH],
+    /// Test kit: successful completions of [`post_private`](Self::post_private) requests
+    /// that [`poll_conn`] kept from the state machine.
+    #[cfg(feature = "testing")]
+    pub(crate) private_done: u64,
 }
 
 impl<P: Provider> core::fmt::Debug for QpRes<P> {
@@ -253,6 +285,8 @@ impl<P: Provider> QpRes<P> {
             retired: Vec::new(),
             reposts: Reposts::new(),
             wcs: [Completion::default(); BATCH],
+            #[cfg(feature = "testing")]
+            private_done: 0,
         }
     }
 
@@ -428,6 +462,30 @@ impl<P: Provider> QpRes<P> {
         self.qp.post_send(&wrs[..n])
     }
 
+    /// Posts requests of the driver's own (control path), as one list after the receives
+    /// collected so far: each `(op, gather list)` of `reqs` with [`PRIVATE_WR_ID`],
+    /// unsignalled but the last (whose completion retires the list's room in the send
+    /// queue; [`poll_conn`] drops it). A failure of any of them completes with an error,
+    /// which [`poll_conn`] hands on: the path closes.
+    pub(crate) fn post_private(&mut self, reqs: &[(SendOp, &[Sge])]) -> Result<(), PostError> {
+        self.flush_recv();
+        let wrs: Vec<SendWr<'_>> = reqs
+            .iter()
+            .enumerate()
+            .map(|(i, &(op, sgl))| SendWr {
+                wr_id: PRIVATE_WR_ID,
+                op,
+                payload: Payload::Sgl(sgl),
+                flags: if i + 1 == reqs.len() {
+                    SendFlags::SIGNALED
+                } else {
+                    SendFlags::NONE
+                },
+            })
+            .collect();
+        self.qp.post_send(&wrs)
+    }
+
     /// Polls up to 32 completions into the connection's own array; returns how many.
     ///
     /// The service connection (cid 0: heartbeats, the info exchange, user messages) is
@@ -527,19 +585,15 @@ fn sgl_of(
             }
             None => 0,
         },
-        Wr::Register { token, .. } => {
-            // Per-IO registration: the bind map_data prepared, checked here.
-            if mem.bind_of(token).is_none() {
+        Wr::Register { .. } | Wr::RegChunk { .. } => {
+            // Per-IO registration (the bind map_data prepared) or always_invalidate (the
+            // chunk's window): checked here. A side without windows refuses it.
+            if mem.bind_of(w).is_none() {
                 return Err(refuse(PostErrorKind::Unsupported));
             }
             0
         }
         Wr::LocalInv { .. } => 0,
-        Wr::RegChunk { .. } => {
-            // The server's always_invalidate: not posted by these drivers yet (see the
-            // module doc); sessions that register once never post it.
-            return Err(refuse(PostErrorKind::Unsupported));
-        }
         Wr::WriteImmEmpty { .. } | Wr::SendInv { .. } | Wr::SendImmMsg { .. } => 0,
     };
     Ok((sges, n))
@@ -577,14 +631,14 @@ fn send_wr<'a>(w: &'a Wr<'a>, sgl: &'a [Sge], max_inline: u32, mem: &impl LocalM
         // The answer to a client's NEED_INVAL read (Linux's client always asks, its reads go
         // through fast-registered MRs); a zero-byte SEND_WITH_INV.
         Wr::SendInv { rkey, .. } => (SendOp::SendInv(rkey), Payload::Sgl(&[])),
-        // Per-IO registration: the window bind map_data prepared, then (after the answer,
-        // when the server did not invalidate the key) its local invalidation.
-        Wr::Register { token, .. } => match mem.bind_of(token) {
+        // A window bind: per-IO registration's (then, after the answer, when the server did
+        // not invalidate the key, its local invalidation), or always_invalidate's chunk
+        // under its new key (after the LOCAL_INV the request's arrival posted).
+        Wr::Register { .. } | Wr::RegChunk { .. } => match mem.bind_of(w) {
             Some(op) => (op, Payload::Sgl(&[])),
             None => unreachable!("refused by sgl_of"),
         },
         Wr::LocalInv { key, .. } => (SendOp::LocalInv(key), Payload::Sgl(&[])),
-        Wr::RegChunk { .. } => unreachable!("refused by sgl_of"),
     };
     SendWr {
         wr_id: w.wr_id(),
@@ -707,6 +761,21 @@ pub(crate) fn poll_conn<P: Provider, D: ConnTable<P>>(
             break;
         };
         let wc = q.take(i, &mut out);
+        if wc.wr_id == PRIVATE_WR_ID {
+            // The driver's own request (`post_private`): its success is nobody else's
+            // business. Its failure closes the path: the state machine gets it (a server
+            // closes on any failed completion), and the queue pair goes to the error state
+            // (where the failure left it anyway), so its receives flush under the state
+            // machine's own ids (a client ignores completions of ids it did not make).
+            if wc.is_ok() {
+                #[cfg(feature = "testing")]
+                {
+                    q.private_done += 1;
+                }
+                continue;
+            }
+            q.move_to_error();
+        }
         d.count_completion();
         handle(d, conn, &wc, &out);
     }

@@ -4,15 +4,18 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
+use dp_fabric::types::inc_rkey;
 use dp_fabric::{
-    Access, CmChannel, ConnId, ConnRequest, Device, ListenId, MemoryRegion, PostError, PrivateData,
-    ProtectionDomain, Provider, Sge,
+    Access, CmChannel, ConnId, ConnRequest, Device, ListenId, MemoryRegion, MemoryWindow,
+    PostError, PrivateData, ProtectionDomain, Provider, SendOp, Sge,
 };
 use mempool::memory::{Region, RegionConfig};
 
 use super::PathKill;
 use super::client::DriverStats;
-use super::qp::{ConnTable, LocalMem, PathConns, QpRes, errno_of, gone, poll_conn};
+use super::qp::{
+    ConnTable, LocalMem, PathConns, QpRes, alloc_windows, errno_of, gone, poll_conn, write_bind,
+};
 use crate::srv::{CmToken, Server, ServerIo, SessId};
 use crate::timer::Instant;
 use crate::wire::SgDesc;
@@ -29,13 +32,26 @@ struct SSess {
 
 /// A path's registrations of its session's chunks, in a protection domain of its own: a
 /// client's connections reach this session's chunks and nothing else.
+///
+/// With `always_invalidate` (`per_chunk`) the chunks are one region registered for local
+/// access and window binding only (its own key grants a peer nothing), and each chunk is
+/// reached through a type-2 memory window of its own, bound over the chunk alone:
+/// `Wr::LocalInv` of its key when a request lands, `Wr::RegChunk` (a bind under
+/// `inc_rkey` of it) in the response. The table [`map_chunks`](ServerIo::map_chunks)
+/// gives the state machine holds each window's first key, `inc_rkey(mw.rkey())`, bound
+/// by [`ServerDriver::post_chain`] before the path's first send (see there).
 pub(super) struct SPath<P: Provider> {
     id: PathId,
     pd: P::Pd,
-    /// Regions of `per` chunks each, in chunk order.
+    /// Regions of `per` chunks each, in chunk order (`always_invalidate`: one region).
     regions: Vec<P::Mr>,
     per: u32,
     chunk_size: u32,
+    /// `always_invalidate`: a memory window per chunk, in chunk order (else empty).
+    /// Declared before the connections: dropped first (see `close_path`).
+    windows: Vec<P::Mw>,
+    /// The windows' first binds are still to be posted (before the path's first send).
+    unbound: bool,
     conns: Vec<Option<QpRes<P>>>,
     /// The device (channel) it lives on.
     chan: usize,
@@ -52,6 +68,7 @@ struct Chunks<'a, P: Provider> {
     regions: &'a [P::Mr],
     per: u32,
     chunk_size: u32,
+    windows: &'a [P::Mw],
     sources: &'a [P::Mr],
 }
 
@@ -78,6 +95,26 @@ impl<P: Provider> LocalMem for Chunks<'_, P> {
             length: len,
             lkey: mr.lkey(),
         })
+    }
+
+    /// `always_invalidate`: chunk `chunk`'s window bound over the chunk under `key`, which
+    /// must name that window (its upper 24 bits); the window was invalidated first (the
+    /// state machine's `LOCAL_INV` when the request landed, or never bound).
+    fn bind_of(&self, w: &Wr<'_>) -> Option<SendOp> {
+        let Wr::RegChunk { chunk, key, .. } = *w else {
+            return None;
+        };
+        let mw = self.windows.get(usize::from(chunk))?;
+        if key & !0xFF != mw.rkey() & !0xFF {
+            return None;
+        }
+        let sge = self.chunk_sge(chunk, self.chunk_size)?;
+        Some(write_bind(
+            key,
+            sge.lkey,
+            sge.addr,
+            u64::from(self.chunk_size),
+        ))
     }
 
     fn source_sge(&self, src: SrcRef, len: u32) -> Option<Sge> {
@@ -399,12 +436,25 @@ impl<P: Provider> ServerDriver<P> {
 
     /// Posts `chain` on `conn` (the body of [`ServerIo::post_send`]): the connection and
     /// the path's chunk registrations borrowed side by side, nothing moved.
+    ///
+    /// `always_invalidate`: the first send of a path on connection 0 (the `info_rsp`; no
+    /// connection sends before it) goes behind the first bind of every chunk's window,
+    /// posted here in one list on the same queue pair. Binds run in order with the sends
+    /// of their queue pair, so they have all run before the `info_rsp` leaves, and a client
+    /// sends IO only once it has the `info_rsp`: no request meets an unbound window. (The
+    /// window is reached through the client's IO connections, not connection 0: the
+    /// provider must let every queue pair of the domain reach it, `mw_domain_wide`, which
+    /// `map_chunks` checked.) Connection 0's send queue was made that much bigger
+    /// (`accept`); the list's last bind is signalled, and `poll_conn` drops its
+    /// completion; a failed bind fails the path. An error at post time is this chain's.
     fn post_chain(&mut self, conn: Conn, chain: &[Wr<'_>]) -> Result<(), PostError> {
         let SPath {
             pd,
             regions,
             per,
             chunk_size,
+            windows,
+            unbound,
             conns,
             sources,
             ..
@@ -418,8 +468,29 @@ impl<P: Provider> ServerDriver<P> {
             regions,
             per: *per,
             chunk_size: *chunk_size,
+            windows,
             sources,
         };
+        if *unbound && conn.cid == 0 {
+            *unbound = false;
+            // The RegChunk a response would post, under the key of the table.
+            let binds = mem
+                .windows
+                .iter()
+                .enumerate()
+                .map(|(c, mw)| {
+                    let first = Wr::RegChunk {
+                        wr_id: 0,
+                        chunk: c as u16,
+                        key: inc_rkey(mw.rkey()),
+                        signaled: false,
+                    };
+                    mem.bind_of(&first).map(|op| (op, &[][..]))
+                })
+                .collect::<Option<Vec<(SendOp, &[Sge])>>>()
+                .ok_or_else(gone)?;
+            q.post_private(&binds)?;
+        }
         q.post_send(pd, chain, &mem)
     }
 
@@ -590,6 +661,11 @@ impl<P: Provider> ServerIo for ServerDriver<P> {
             return Err(-libc::EINVAL);
         }
         let addrs = (request.local_addr(), request.peer_addr());
+        let mut sizes = sizes;
+        if conn.cid == 0 {
+            // always_invalidate: room for the windows' first binds (`post_chain`).
+            sizes.max_send_wr += p.windows.len() as u32;
+        }
         let q = QpRes::accept(&**dev, &p.pd, cm, request, conn, sizes, private_data)?;
         p.addrs.get_or_insert(addrs);
         let cid = usize::from(conn.cid);
@@ -621,10 +697,19 @@ impl<P: Provider> ServerIo for ServerDriver<P> {
         for q in p.conns.iter().flatten() {
             let _ = cm.disconnect(q.conn_id);
         }
-        // Queue pairs, then registrations, then the protection domain (field order).
+        // Memory windows first (always_invalidate): a type-2 window holds the queue pair
+        // that bound it until it is invalidated or deallocated (rxe blocks `destroy_qp` on
+        // bound windows; see the client's `close_path`), and dropping one only takes
+        // remote access away. Then queue pairs, then registrations, then the protection
+        // domain.
         let SPath {
-            conns, regions, pd, ..
+            windows,
+            conns,
+            regions,
+            pd,
+            ..
         } = p;
+        drop(windows);
         drop(conns);
         drop(regions);
         drop(pd);
@@ -692,9 +777,16 @@ impl<P: Provider> ServerIo for ServerDriver<P> {
         per_chunk: bool,
         table: &mut Vec<SgDesc>,
     ) -> Result<(), i32> {
-        if per_chunk {
-            // always_invalidate needs LOCAL_INV and re-registration, which dp-fabric does
-            // not offer yet: run the server with `always_invalidate = false`.
+        // The path lives on the device its first connection came in on.
+        let k = self.pending.as_ref().map_or(0, |p| p.2);
+        let dev = &self.chans[k].dev;
+        if per_chunk && !dev.attr().mw_domain_wide {
+            // always_invalidate with windows needs a window bound on one connection to be
+            // reachable from all: a client picks the connection per request, and a chunk is
+            // re-bound on the connection its last request came on. Type-2 windows on verbs
+            // are reachable only through the queue pair that bound them, and Linux's
+            // PD-wide fast-registration MRs do not exist in user verbs: run such a server
+            // with `always_invalidate = false`.
             return Err(-libc::EOPNOTSUPP);
         }
         let s = self
@@ -706,9 +798,9 @@ impl<P: Provider> ServerIo for ServerDriver<P> {
         let qd = u32::from(s.queue_depth);
         let cs = s.chunk_size;
         // As few regions as fit the 32-bit length of a table entry, their count dividing
-        // the queue depth.
+        // the queue depth (always_invalidate: one, each chunk an entry of its own).
         let mut n = 1u32;
-        while u64::from(qd / n) * u64::from(cs) > u64::from(u32::MAX) {
+        while !per_chunk && u64::from(qd / n) * u64::from(cs) > u64::from(u32::MAX) {
             if !qd.is_multiple_of(n * 2) {
                 return Err(-libc::ENOMEM);
             }
@@ -716,26 +808,40 @@ impl<P: Provider> ServerIo for ServerDriver<P> {
         }
         let per = qd / n;
         let len = per as usize * cs as usize;
-        // The path lives on the device its first connection came in on.
-        let k = self.pending.as_ref().map_or(0, |p| p.2);
-        let pd = self.chans[k].dev.alloc_pd().map_err(|e| errno_of(&e))?;
+        let pd = dev.alloc_pd().map_err(|e| errno_of(&e))?;
         let mut regions = Vec::with_capacity(n as usize);
         table.clear();
+        // always_invalidate: the region's own key grants a peer nothing; each chunk is
+        // reached through its window (see `SPath`), under the key of its first bind.
+        let access = if per_chunk {
+            Access::LOCAL_WRITE | Access::MW_BIND
+        } else {
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE
+        };
         for r in 0..n as usize {
             let mr = pd
-                .reg_region(
-                    &s.mem,
-                    r * len,
-                    len,
-                    Access::LOCAL_WRITE | Access::REMOTE_WRITE,
-                )
+                .reg_region(&s.mem, r * len, len, access)
                 .map_err(|e| errno_of(&e))?;
-            table.push(SgDesc {
-                addr: mr.addr(),
-                key: mr.rkey(),
-                len: len as u32,
-            });
+            if !per_chunk {
+                table.push(SgDesc {
+                    addr: mr.addr(),
+                    key: mr.rkey(),
+                    len: len as u32,
+                });
+            }
             regions.push(mr);
+        }
+        let windows = if per_chunk {
+            alloc_windows::<P>(&pd, qd as usize)?
+        } else {
+            Vec::new()
+        };
+        for (c, mw) in windows.iter().enumerate() {
+            table.push(SgDesc {
+                addr: regions[0].addr() + c as u64 * u64::from(cs),
+                key: inc_rkey(mw.rkey()),
+                len: cs,
+            });
         }
 
         let i = usize::from(path.idx);
@@ -755,6 +861,8 @@ impl<P: Provider> ServerIo for ServerDriver<P> {
             regions,
             per,
             chunk_size: cs,
+            unbound: !windows.is_empty(),
+            windows,
             conns: Vec::new(),
             chan: k,
             sources,
