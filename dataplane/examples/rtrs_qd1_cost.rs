@@ -6,7 +6,7 @@
 //! ```text
 //! cargo build --release -p dataplane --example rtrs_qd1_cost
 //! valgrind --tool=callgrind --fair-sched=yes --toggle-collect='*steady*' \
-//!     target/release/examples/rtrs_qd1_cost 20000 [BS [DEPTH [copy|source]]]
+//!     target/release/examples/rtrs_qd1_cost 20000 [BS [DEPTH [copy|source [registered|invalidate]]]]
 //! ```
 //!
 //! Only the measured run is collected (`steady`: 20,000 round trips after a warm-up of
@@ -20,8 +20,12 @@
 //! IO at that depth. The handler copies the block into the request's chunk and answers
 //! with `resp_rdma` (`copy`, the default, as the rows below were measured, and as
 //! `dp-perf rtrs --server-copy` serves), or answers from the disk registered as a source
-//! with `resp_rdma_from` (`source`: zero copy, `dp-perf rtrs`'s default). `--fair-sched=yes`: the shm CM's thread must get to run while the
-//! driver spins, or the session never comes up.
+//! with `resp_rdma_from` (`source`: zero copy, `dp-perf rtrs`'s default). The server keeps
+//! its chunks registered once (`registered`, the default) or runs `always_invalidate`
+//! (`invalidate`: each chunk's window invalidated when its request lands and bound again
+//! under a new key for the answer, as `dp-perf rtrs --always-invalidate`).
+//! `--fair-sched=yes`: the shm CM's thread must get to run while the driver spins, or the
+//! session never comes up.
 //!
 //! Measured on branch w-rtrscost (both sides, instructions per round trip at depth 1 and
 //! per IO at depth 128; every row this driver built against that commit's libraries):
@@ -107,6 +111,11 @@ fn main() {
         Some("source") => true,
         Some(other) => panic!("{other}: the handler is `copy` or `source`"),
     };
+    let always_invalidate = match args.next().as_deref() {
+        None | Some("registered") => false,
+        Some("invalidate") => true,
+        Some(other) => panic!("{other}: the server is `registered` or `invalidate`"),
+    };
     let dir = std::env::temp_dir().join(format!("dp-rtrs-qd1cost-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("rendezvous directory");
     let dev = || {
@@ -125,7 +134,7 @@ fn main() {
         chunk_size: (bs + DEFAULT_MAX_HDR_SIZE)
             .next_power_of_two()
             .max(MIN_CHUNK_SIZE),
-        always_invalidate: false,
+        always_invalidate,
         ..ServerConfig::default()
     })
     .expect("server configuration");
