@@ -107,13 +107,27 @@ impl<P: Provider> Arena<P> {
 
     /// The remotely writable block (`rlen`, whole pages) and the send-ring block (`slen`)
     /// of one socket, in one region.
+    ///
+    /// Tried in order: a free or new receive block with the send ring beside it; both at
+    /// the end of the last region; both in a new region. The second step matters: a
+    /// receive block handed back because its region had no room for the ring is found
+    /// first again by the next socket, so without it every later socket took a new region
+    /// of [`ARENA_CHUNK`] bytes (a socket pair of 1 MiB cost 64 MiB past the first region).
     fn alloc_pair(&mut self, rlen: usize, slen: usize) -> Result<[Block; 2], RsError> {
         let r = self.alloc(rlen, true, None)?;
         if let Ok(s) = self.alloc(slen, false, Some(r.region)) {
             return Ok([r, s]);
         }
-        // No room for the send ring next to it: both go into a new region.
         self.release(r);
+        if let Some(i) = self.regions.len().checked_sub(1)
+            && let Ok(r) = self.alloc(rlen, true, Some(i))
+        {
+            if let Ok(s) = self.alloc(slen, false, Some(i)) {
+                return Ok([r, s]);
+            }
+            self.release(r);
+        }
+        // No room for both anywhere: a new region.
         self.add_region(rlen + slen + (2 << 20))?;
         let i = self.regions.len() - 1;
         let r = self.alloc(rlen, true, Some(i))?;
@@ -264,7 +278,27 @@ impl<P: Provider> SockBufs<P> {
 
 #[cfg(test)]
 mod tests {
-    use super::Span;
+    use super::{Arena, Span};
+
+    /// Socket buffers fill a region before the arena takes another, also once a receive
+    /// block was handed back because its region had no room left for a send ring (before
+    /// the fix every socket from then on took a region of its own).
+    #[test]
+    fn pairs_fill_regions_before_adding_one() {
+        let mut a = Arena::<dp_shm::Shm>::new(8 << 20);
+        // A receive part of 3 pages and a ring of 1 MiB: 7 fit a region of 8 MiB, the 8th
+        // receive part fits but its ring does not.
+        let (rlen, slen) = (3 * 4096, 1 << 20);
+        for _ in 0..40 {
+            let [r, s] = a.alloc_pair(rlen, slen).unwrap();
+            assert_eq!(r.region, s.region, "a socket's two blocks share a region");
+        }
+        assert!(
+            a.regions.len() <= 7,
+            "40 socket pairs took {} regions of 8 MiB",
+            a.regions.len()
+        );
+    }
 
     #[test]
     fn spans_bound_every_access_by_their_own_buffer() {
