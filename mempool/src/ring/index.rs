@@ -1,19 +1,20 @@
 //! The shared index words of a ring side and the arithmetic every mode shares.
 //!
-//! Each side owns two 64-bit words in the header, `head` and `tail` (see `layout.rs`), on one
-//! cache-line pair. Their meaning depends on the side's mode, with one rule common to all: the
-//! **low 32 bits of `tail` are the side's published position**, the counter below which every
+//! Each side owns 64-bit words in the header (see `layout.rs`): `tail`, an RTS `head` beside it
+//! on the same cache-line pair, and a Multi `head` on a line pair of its own; a mode uses at
+//! most one of the two head words (`Indices::head` or `Indices::rts_head`). Their meaning
+//! depends on the side's mode, with one rule common to all: the **low 32 bits of `tail` are the side's published position**, the counter below which every
 //! slot is handed to the opposite side. The opposite side reads only that, so it never needs to
 //! know this side's mode (DPDK gets the same effect by placing `tail` at one offset in all
 //! three of its head/tail structs and reading it with a 32-bit load; Rust's memory model has no
 //! mixed-size atomic accesses, so here every access is a whole 64-bit word).
 //!
-//! | mode   | `head` word              | `tail` word                          |
+//! | mode   | its head word            | `tail` word                          |
 //! |--------|--------------------------|--------------------------------------|
-//! | Single | unused                   | position                             |
-//! | Multi  | cached opposite position << 32 \| position (CAS) | position     |
-//! | RTS    | op count << 32 \| position | finish count << 32 \| position      |
-//! | HTS    | unused                   | head position << 32 \| tail position |
+//! | Single | none                     | position                             |
+//! | Multi  | `head`: cached opposite position << 32 \| position (CAS) | position |
+//! | RTS    | `rts_head`: op count << 32 \| position | finish count << 32 \| position |
+//! | HTS    | none                     | head position << 32 \| tail position |
 //!
 //! All arithmetic is on free-running `u32` counters with wrapping operations; a counter is turned
 //! into a slot index only by masking, in [`RawRing`](super::storage::RawRing).
@@ -32,8 +33,10 @@ use crate::sync::atomic::{AtomicU64, Ordering};
 /// The shared words of one side plus the opposite side's tail, borrowed from the header.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Indices<'a> {
-    /// This side's head word (see the module docs for its meaning per mode).
+    /// This side's Multi head word, on a line pair of its own.
     pub(crate) head: &'a AtomicU64,
+    /// This side's RTS head word, beside its tail word.
+    pub(crate) rts_head: &'a AtomicU64,
     /// This side's tail word; its low half is the published position.
     pub(crate) tail: &'a AtomicU64,
     /// The opposite side's tail word.

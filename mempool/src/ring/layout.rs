@@ -5,24 +5,32 @@
 //! offset (x86_64)   contents                                        written by
 //! 0                 RingMeta: magic, version, element size/align,   init_in only
 //!                   capacity, mask, slot offset, side modes
-//! 128               prod: head word, tail word (CachePadded)        producers
-//! 256               cons: head word, tail word (CachePadded)        consumers
-//! 384               slot[0] .. slot[capacity - 1]                   producers / consumers
+//! 128               prod.head: the Multi head word (CachePadded)   producers
+//! 256               prod.near: tail word, RTS head word            producers
+//! 384               cons.head: the Multi head word                  consumers
+//! 512               cons.near: tail word, RTS head word             consumers
+//! 640               slot[0] .. slot[capacity - 1]                   producers / consumers
 //! ```
 //!
 //! The region holds indices only, never pointers, so it may be mapped at different addresses in
-//! different processes. What the two 64-bit words of a side hold depends on the side's mode
-//! (`index.rs`); the low half of each tail word is always that side's published position.
+//! different processes. What the words of a side hold depends on the side's mode (`index.rs`);
+//! the low half of each tail word is always that side's published position.
 //!
-//! Each side's head and tail share one 128-byte line pair (crossbeam's `CachePadded`, sized for
-//! the adjacent-line prefetcher), as in DPDK's `rte_ring`, and the two sides do not share one:
+//! Every block is a 128-byte line pair (crossbeam's `CachePadded`, sized for the adjacent-line
+//! prefetcher), and the two sides share none. Within a side, the words are placed by who reads
+//! them:
 //!
-//! - A shared-mode operation touches its side's head and tail back to back (claim, copy,
-//!   publish); in one line that is one line transfer per operation under contention instead of
-//!   two. Version 1 of the layout gave each of the four counters a line pair of its own.
-//! - A Single side never writes its head word, so sharing the line costs it nothing.
-//! - A consumer polling `prod.tail` does not touch the consumer line, which the consumers write,
-//!   and vice versa.
+//! - The opposite side reads only the tail word. A Multi side's head word, which only its own
+//!   side reads and CASes, has a line pair of its own: when the opposite side polls the tail, it
+//!   does not take the line the next claim's CAS needs. With one thread on each side (an MP/MC
+//!   ring between two pipeline stages) that CAS stays on a line the claimant already owns. A
+//!   version-3 layout kept the Multi head beside the tail, as DPDK does, and the two-core MP/MC
+//!   bulk-32 ring case was 8 % slower for it (median of 6 alternated runs), and the two-core
+//!   cache-less pool, where both threads claim on both sides, was no faster.
+//! - An RTS side moves its head and tail words with two CASes per operation, and RTS is made
+//!   for many threads per side: the two words share the line pair, so a claimant that takes
+//!   over the side pulls one line pair, not two.
+//! - HTS keeps head and tail in the tail word, and a Single side writes only its tail word.
 
 use core::alloc::Layout;
 use core::mem::{MaybeUninit, align_of, size_of};
@@ -75,11 +83,13 @@ pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"dp-ring\0");
 /// Layout version; bump on any change to [`RingMeta`] or [`RingHeader`] or to what their
 /// fields mean.
 ///
+/// 4: a Multi side's head word has a line pair of its own (it was beside the tail word, where
+/// the RTS head word stays); slot 0 moves from offset 384 to 640.
 /// 3: a Multi side's head word caches the opposite position in its high half (version 2 kept
 /// it 0: a version-2 process sharing a Multi side would corrupt that cache, so it is refused).
 /// 2: the two words of each side share a line pair and are 64 bits wide (RTS and HTS modes);
 /// version 1 had four `u32` counters on four line pairs.
-pub(crate) const VERSION: u32 = 3;
+pub(crate) const VERSION: u32 = 4;
 
 /// Immutable description of the ring, written once by `init_in`.
 #[repr(C)]
@@ -109,10 +119,20 @@ pub(crate) struct RingMeta {
 #[repr(C)]
 #[derive(Debug)]
 pub(crate) struct HeadTail {
-    /// The head word: the next counter to claim (Multi, RTS with an op count).
-    pub(crate) head: AtomicU64,
+    /// The Multi head word, on a line pair of its own: the opposite side never reads it.
+    pub(crate) head: CachePadded<AtomicU64>,
+    /// The words on the line pair the opposite side reads.
+    pub(crate) near: CachePadded<TailWords>,
+}
+
+/// The tail word and the RTS head word beside it.
+#[repr(C)]
+#[derive(Debug)]
+pub(crate) struct TailWords {
     /// The tail word: its low half is the side's published position.
     pub(crate) tail: AtomicU64,
+    /// The RTS head word (op count and position), next to the tail it is moved with.
+    pub(crate) rts_head: AtomicU64,
 }
 
 /// The shared ring header. See the [module docs](self) for the picture.
@@ -122,10 +142,10 @@ pub(crate) struct RingHeader {
     /// Written by `init_in` before any handle exists; read-only afterwards.
     pub(crate) meta: CachePadded<RingMeta>,
     /// The producer side: below its tail position every counter holds a published element.
-    pub(crate) prod: CachePadded<HeadTail>,
+    pub(crate) prod: HeadTail,
     /// The consumer side: below its tail position every counter has been consumed, and its
     /// slot may be overwritten.
-    pub(crate) cons: CachePadded<HeadTail>,
+    pub(crate) cons: HeadTail,
 }
 
 // Layout checks. Under loom the atomics are model objects of another size, and the layout only
@@ -139,19 +159,23 @@ const _: () = {
     assert!(offset_of!(RingMeta, capacity) == 20);
     assert!(offset_of!(RingMeta, cons_mode) == 36);
     assert!(size_of::<AtomicU64>() == 8 && align_of::<AtomicU64>() == 8);
-    assert!(size_of::<HeadTail>() == 16);
-    assert!(offset_of!(HeadTail, head) == 0);
-    assert!(offset_of!(HeadTail, tail) == 8);
 
     // Every field starts on its own cache-line (pair) boundary and the fields do not overlap.
     let line = align_of::<CachePadded<u8>>();
     let pad = size_of::<CachePadded<RingMeta>>();
     assert!(pad.is_multiple_of(line) && pad >= size_of::<RingMeta>());
-    assert!(size_of::<CachePadded<HeadTail>>() == line);
+    assert!(size_of::<TailWords>() == 16);
+    assert!(offset_of!(TailWords, tail) == 0);
+    assert!(offset_of!(TailWords, rts_head) == 8);
+    assert!(size_of::<CachePadded<AtomicU64>>() == line);
+    assert!(size_of::<CachePadded<TailWords>>() == line);
+    assert!(size_of::<HeadTail>() == 2 * line);
+    assert!(offset_of!(HeadTail, head) == 0);
+    assert!(offset_of!(HeadTail, near) == line);
     assert!(offset_of!(RingHeader, meta) == 0);
     assert!(offset_of!(RingHeader, prod) == pad);
-    assert!(offset_of!(RingHeader, cons) == pad + line);
-    assert!(size_of::<RingHeader>() == pad + 2 * line);
+    assert!(offset_of!(RingHeader, cons) == pad + 2 * line);
+    assert!(size_of::<RingHeader>() == pad + 4 * line);
     assert!(align_of::<RingHeader>() == line);
 };
 
@@ -161,8 +185,8 @@ const _: () = {
     use core::mem::offset_of;
     assert!(align_of::<RingHeader>() == 128);
     assert!(offset_of!(RingHeader, prod) == 128);
-    assert!(offset_of!(RingHeader, cons) == 256);
-    assert!(size_of::<RingHeader>() == 384);
+    assert!(offset_of!(RingHeader, cons) == 384);
+    assert!(size_of::<RingHeader>() == 640);
 };
 
 /// Size and alignment of a ring's memory region, for a given element type and capacity.
@@ -329,11 +353,13 @@ pub(crate) unsafe fn format<T>(
         prod_mode: prod.id(),
         cons_mode: cons.id(),
     };
-    let side = |(head, tail): (u64, u64)| {
-        CachePadded::new(HeadTail {
-            head: AtomicU64::new(head),
+    // The head value goes to both head words; the mode uses one of them.
+    let side = |(head, tail): (u64, u64)| HeadTail {
+        head: CachePadded::new(AtomicU64::new(head)),
+        near: CachePadded::new(TailWords {
             tail: AtomicU64::new(tail),
-        })
+            rts_head: AtomicU64::new(head),
+        }),
     };
     let header = RingHeader {
         meta: CachePadded::new(meta),

@@ -49,7 +49,7 @@ pub(crate) fn reserve(
     fixed: bool,
 ) -> (u32, u32) {
     // A3: pairs with R3 of the claimant whose CAS wrote this head word.
-    let mut old = ix.head.load(Ordering::Acquire);
+    let mut old = ix.rts_head.load(Ordering::Acquire);
     loop {
         if too_far_ahead(ix, old, htd_max) {
             old = wait_distance(ix, htd_max);
@@ -61,7 +61,7 @@ pub(crate) fn reserve(
             return (head, 0);
         }
         // R3 on success (pairs with A3 of the next claimant); A3 on failure.
-        match ix.head.compare_exchange_weak(
+        match ix.rts_head.compare_exchange_weak(
             old,
             word(hi(old).wrapping_add(1), head.wrapping_add(k)),
             Ordering::Release,
@@ -93,7 +93,7 @@ fn wait_distance(ix: &Indices<'_>, htd_max: u32) -> u64 {
     loop {
         wait.snooze();
         // A3, as in `reserve`.
-        let head = ix.head.load(Ordering::Acquire);
+        let head = ix.rts_head.load(Ordering::Acquire);
         if !too_far_ahead(ix, head, htd_max) {
             return head;
         }
@@ -108,7 +108,7 @@ pub(crate) fn commit(ix: &Indices<'_>) {
     let mut old = ix.tail.load(Ordering::Acquire);
     loop {
         // Relaxed: ordered after every earlier finisher's head read by A6 (coherence).
-        let head = ix.head.load(Ordering::Relaxed);
+        let head = ix.rts_head.load(Ordering::Relaxed);
         let count = hi(old).wrapping_add(1);
         let pos = if count == hi(head) { lo(head) } else { lo(old) };
         // R1 (producer, pairs with A1) / R2 (consumer, pairs with A2) on success, also

@@ -151,8 +151,9 @@ impl<T> RawRing<T> {
         let h = self.header();
         Indices {
             head: &h.prod.head,
-            tail: &h.prod.tail,
-            opp_tail: &h.cons.tail,
+            rts_head: &h.prod.near.rts_head,
+            tail: &h.prod.near.tail,
+            opp_tail: &h.cons.near.tail,
             base: self.capacity,
             capacity: self.capacity,
         }
@@ -164,8 +165,9 @@ impl<T> RawRing<T> {
         let h = self.header();
         Indices {
             head: &h.cons.head,
-            tail: &h.cons.tail,
-            opp_tail: &h.prod.tail,
+            rts_head: &h.cons.near.rts_head,
+            tail: &h.cons.near.tail,
+            opp_tail: &h.prod.near.tail,
             base: 0,
             capacity: self.capacity,
         }

@@ -270,7 +270,7 @@ fn layout_numbers() {
     assert_eq!(l.alloc_layout().size(), l.bytes());
     #[cfg(target_arch = "x86_64")]
     {
-        assert_eq!(l.slots_offset(), 384);
+        assert_eq!(l.slots_offset(), 640);
         assert_eq!(l.align(), 128);
     }
     // Over-aligned elements move the slot array.
