@@ -44,6 +44,12 @@
 #       dp-perf mempool --ring-sync multi,rts,hts;
 #     dpdk-ring-mempool ring --cores 2 (every mode) and dp-perf ring --cores 2.
 #   Before and after: dp-perf limit, the cache-line hand-off between the two CPUs.
+#   Within each ring and contended round, the same hand-off (dp-perf limit --quick) at every
+#     boundary between the two sides' blocks. The host's hand-off moves between modes (35-75
+#     and 200-215 ns on the 2-vCPU box, within minutes), and a round in which it changed
+#     compares the sides in different modes: the report counts only rounds whose samples lie
+#     within 2x of each other, lists the others, and marks a goal INCONCLUSIVE (never PASS)
+#     when fewer than 3 rounds of its kind count.
 #
 # The harness (perf/dpdk/dpdk-ring-mempool.c, built here with cc and pkg-config libdpdk)
 # runs DPDK's own rte_ring and rte_mempool with the loops of ring_perf_autotest and
@@ -226,6 +232,14 @@ harness() {
 log "building dp-perf (release)"
 (cd "$ROOT" && cargo build --release -q -p perf --bin dp-perf)
 DP_PERF=$TARGET_DIR/release/dp-perf
+# handoff FILE: appends the cache-line hand-off between the two CPUs (dp-perf limit --quick,
+# ns, about 0.3 s) to FILE. Taken at every boundary of a round's blocks: the report counts a
+# round only if the hand-off stayed in one mode through it (see bench_vs_dpdk_report.py).
+handoff() {
+    "$DP_PERF" --cpus "$CPUS" limit --quick --json 2>/dev/null |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["limit"]["cacheline_oneway_ns"])' \
+            >>"$1" || true
+}
 
 log "dpdk-test: $DPDK_TEST_BIN (dpdk $DPDK_VERSION), EAL ${EAL_ARGS[*]}"
 log "memory: $MEM_DESC; logs in $OUT; load average now: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -242,6 +256,7 @@ if [ "$DO_RING" -eq 1 ]; then
     # the conditions drift within minutes, and a single DPDK-then-us pair measures the drift
     # as much as the rings.
     for round in $(seq 1 "$ROUNDS"); do
+        handoff "$OUT/handoff-ring-$round.txt"
         log "ring round $round/$ROUNDS: DPDK ring_perf_autotest (timeout ${RING_TIMEOUT}s)"
         if ! dpdk_autotest ring_perf_autotest "$OUT/dpdk-ring-$round.log" "$RING_TIMEOUT" ||
             ! grep -q "Test OK" "$OUT/dpdk-ring-$round.log"; then
@@ -252,8 +267,10 @@ if [ "$DO_RING" -eq 1 ]; then
         log "ring round $round/$ROUNDS: DPDK harness, RTS and HTS rings"
         harness "$OUT/dpdk-ring-modes-$round.json" "$OUT/dpdk-ring-modes-$round.log" \
             ring --modes rts,hts --cores 1,2 --batches 8,32 "${HARNESS_AUTOTEST_ARGS[@]}"
+        handoff "$OUT/handoff-ring-$round.txt"
         log "ring round $round/$ROUNDS: dp-perf ring"
         "$DP_PERF" --cpus "$CPUS" ring --json "${DP_AUTOTEST_ARGS[@]}" >"$OUT/dp-ring-$round.json"
+        handoff "$OUT/handoff-ring-$round.txt"
     done
 fi
 
@@ -299,20 +316,26 @@ fi
 # --- contended -------------------------------------------------------------------------------
 if [ "$DO_CONTENDED" -eq 1 ]; then
     for round in $(seq 1 "$ROUNDS"); do
+        handoff "$OUT/handoff-contended-pool-$round.txt"
         log "contended round $round/$ROUNDS: DPDK pools without cache on two cores"
         harness "$OUT/dpdk-contended-pool-$round.json" "$OUT/dpdk-contended-pool-$round.log" \
             mempool --rings multi,rts,hts --caches 0 --cores 2 --bulks 1,4,8,32 --keep 128 \
             --seconds "$SECONDS_PER_CASE"
+        handoff "$OUT/handoff-contended-pool-$round.txt"
         log "contended round $round/$ROUNDS: dp-perf pools without cache on two cores"
         "$DP_PERF" --cpus "$CPUS" mempool --json --cache 0 --cores 2 --bulk 1,4,8,32 \
             --keep 128 --ring-sync multi,rts,hts --seconds "$SECONDS_PER_CASE" \
             >"$OUT/dp-contended-pool-$round.json"
+        handoff "$OUT/handoff-contended-pool-$round.txt"
+        tail -n 1 "$OUT/handoff-contended-pool-$round.txt" >"$OUT/handoff-contended-ring-$round.txt"
         log "contended round $round/$ROUNDS: DPDK rings on two cores"
         harness "$OUT/dpdk-contended-ring-$round.json" "$OUT/dpdk-contended-ring-$round.log" \
             ring --modes spsc,mpmc,rts,hts --cores 2 --batches 8,32 "${HARNESS_RING_ARGS[@]}"
+        handoff "$OUT/handoff-contended-ring-$round.txt"
         log "contended round $round/$ROUNDS: dp-perf rings on two cores"
         "$DP_PERF" --cpus "$CPUS" ring --json --cores 2 "${DP_RING_ARGS[@]}" \
             >"$OUT/dp-contended-ring-$round.json"
+        handoff "$OUT/handoff-contended-ring-$round.txt"
     done
 fi
 
