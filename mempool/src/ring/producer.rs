@@ -5,7 +5,7 @@ use core::marker::PhantomData;
 
 use super::headtail::Cursor;
 use super::index::lo;
-use super::mode::{Rts, SharedMode, SyncMode};
+use super::mode::{Rts, SharedMode, SyncMode, SyncType};
 use super::storage::RawRing;
 use crate::sync::atomic::Ordering;
 
@@ -123,6 +123,13 @@ impl<T: Copy + Send, P: SyncMode> Producer<T, P> {
         let (start, k) = self.cursor.reserve::<P>(&ix, n, fixed);
         if k == 0 {
             return 0;
+        }
+        if P::TYPE == SyncType::Single {
+            // Fetch the next batch's slots while this one is copied (`prefetch_ahead`). The
+            // shared modes do not: their next claim may be another thread's.
+            let next = start.wrapping_add(k);
+            let room = ix.avail(next, self.cursor.cached_opp_tail);
+            self.ring.prefetch_ahead(next, k, room);
         }
         // SAFETY: `k <= n <= values.len()`.
         let src = unsafe { values.get_unchecked(..k as usize) };

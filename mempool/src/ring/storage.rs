@@ -22,6 +22,16 @@ use super::copy::copy_run;
 use super::index::Indices;
 use super::layout::{RingHeader, RingLayout, Slot};
 
+/// Cache-line size assumed by [`RawRing::prefetch_ahead`].
+#[cfg(all(not(loom), target_arch = "x86_64"))]
+const LINE: usize = 64;
+/// Fewest lines [`RawRing::prefetch_ahead`] looks ahead of the next write.
+#[cfg(all(not(loom), target_arch = "x86_64"))]
+const PREFETCH_LINES: u32 = 8;
+/// Most lines one [`RawRing::prefetch_ahead`] fetches.
+#[cfg(all(not(loom), target_arch = "x86_64"))]
+const PREFETCH_MAX_LINES: u32 = 64;
+
 /// Keeps the memory behind a ring alive for as long as any handle exists.
 ///
 /// For externally supplied regions pass whatever owns the mapping (for example an
@@ -217,6 +227,45 @@ impl<T> RawRing<T> {
     pub(crate) unsafe fn slot_ref(&self, pos: u32) -> &T {
         // SAFETY: in bounds and initialised (caller); nobody writes it until we release it.
         unsafe { (*self.slot(pos)).with(|p| (*p).assume_init_ref()) }
+    }
+
+    /// A Single producer's look-ahead: hints the CPU to fetch the slots of the counters one
+    /// batch beyond the next write, at least [`PREFETCH_LINES`] lines ahead, when they are
+    /// known free (`room`, from the producer's cached consumer tail, counts free counters from
+    /// `next`; a stale cache only makes it smaller).
+    ///
+    /// On two cores the consumer read those slots one lap ago, so each of the producer's
+    /// stores to them waits for a line transfer. Fetching the lines early overlaps those
+    /// transfers with the current batch's copy, and the stores that follow find them in the
+    /// cache: `dp-perf ring` two-core SP/SC bulk 32 about 15 % faster, bulk 128 about 25 %.
+    /// Lines still being read by the consumer are never fetched (only free slots), and a
+    /// prefetch changes no memory, so this is a hint only. It covers at most
+    /// [`PREFETCH_MAX_LINES`] lines. The hint is a plain `prefetcht0`: `prefetchw` needs a
+    /// target feature the x86_64 baseline does not have.
+    #[inline(always)]
+    pub(crate) fn prefetch_ahead(&self, next: u32, k: u32, room: u32) {
+        #[cfg(all(not(loom), target_arch = "x86_64"))]
+        {
+            use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            let per_line = (LINE / size_of::<T>().max(1)).max(1) as u32;
+            let dist = k.max(PREFETCH_LINES * per_line);
+            let n = k.min(PREFETCH_MAX_LINES * per_line);
+            if room < dist.saturating_add(n) {
+                return;
+            }
+            let first = next.wrapping_add(dist);
+            let mut i = 0;
+            while i < n {
+                let p = self.slot(first.wrapping_add(i)).cast::<i8>().cast_const();
+                // SAFETY: `_mm_prefetch` needs SSE, which every x86_64 CPU has; a prefetch
+                // never faults and accesses no memory in the abstract machine (`slot` masks the
+                // counter, so the address is inside the slot array anyway).
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(p) };
+                i += per_line;
+            }
+        }
+        #[cfg(any(loom, not(target_arch = "x86_64")))]
+        let _ = (next, k, room);
     }
 
     /// Copies `src` into the slots of counters `start .. start + src.len()`, wrapping at the end
