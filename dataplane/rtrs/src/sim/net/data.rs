@@ -32,19 +32,7 @@ impl Net {
         let now = self.now;
         let e = self.qps[qp].end(side);
         if e.error {
-            self.push(
-                now,
-                Ev::Wc {
-                    side,
-                    conn,
-                    wc: Wc {
-                        wr_id,
-                        status: WcStatus::WrFlushErr,
-                        ..Wc::default()
-                    },
-                    payload: Vec::new(),
-                },
-            );
+            self.status_wc(side, conn, now, wr_id, WcStatus::WrFlushErr);
             return Ok(());
         }
         e.recvs.push_back((wr_id, buf));
@@ -82,6 +70,23 @@ impl Net {
                 payload,
             },
         );
+    }
+
+    /// A completion that carries only its request and status (a flush or a failure).
+    pub(super) fn status_wc(
+        &mut self,
+        side: Side,
+        conn: Conn,
+        at: Instant,
+        wr_id: u64,
+        status: WcStatus,
+    ) {
+        let wc = Wc {
+            wr_id,
+            status,
+            ..Wc::default()
+        };
+        self.completion(side, conn, at, wc, Vec::new());
     }
 
     pub(super) fn local_done(
@@ -413,17 +418,7 @@ impl Net {
             if st == WcStatus::RemInvReqErr
                 && let Some((wr_id, _)) = self.qps[qp].end(to).recvs.pop_front()
             {
-                self.completion(
-                    to,
-                    to_conn,
-                    now,
-                    Wc {
-                        wr_id,
-                        status: WcStatus::LocLenErr,
-                        ..Wc::default()
-                    },
-                    Vec::new(),
-                );
+                self.status_wc(to, to_conn, now, wr_id, WcStatus::LocLenErr);
             }
             self.flush_end(qp, to);
             return;

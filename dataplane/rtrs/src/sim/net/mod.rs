@@ -580,19 +580,7 @@ impl Net {
         let sends: Vec<u64> = e.out.drain(..).map(|f| f.wr_id).collect();
         e.head_scheduled = false;
         for wr_id in sends.into_iter().chain(recvs) {
-            self.push(
-                now,
-                Ev::Wc {
-                    side,
-                    conn,
-                    wc: Wc {
-                        wr_id,
-                        status: WcStatus::WrFlushErr,
-                        ..Wc::default()
-                    },
-                    payload: Vec::new(),
-                },
-            );
+            self.status_wc(side, conn, now, wr_id, WcStatus::WrFlushErr);
         }
     }
 
@@ -628,34 +616,10 @@ impl Net {
         let recvs: Vec<u64> = e.recvs.drain(..).map(|(w, _)| w).collect();
         for (k, wr_id) in flights.into_iter().enumerate() {
             let st = if k == 0 { status } else { WcStatus::WrFlushErr };
-            self.push(
-                at,
-                Ev::Wc {
-                    side,
-                    conn,
-                    wc: Wc {
-                        wr_id,
-                        status: st,
-                        ..Wc::default()
-                    },
-                    payload: Vec::new(),
-                },
-            );
+            self.status_wc(side, conn, at, wr_id, st);
         }
         for wr_id in recvs {
-            self.push(
-                at,
-                Ev::Wc {
-                    side,
-                    conn,
-                    wc: Wc {
-                        wr_id,
-                        status: WcStatus::WrFlushErr,
-                        ..Wc::default()
-                    },
-                    payload: Vec::new(),
-                },
-            );
+            self.status_wc(side, conn, at, wr_id, WcStatus::WrFlushErr);
         }
     }
 
