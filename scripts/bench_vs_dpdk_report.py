@@ -126,13 +126,16 @@ def steady_rounds(out, kind, n):
     return keep, notes
 
 
-def pick(rounds, keep):
-    return [rounds[i] for i in keep if i < len(rounds)]
-
-
-def print_steadiness(kind, keep, notes, n):
-    print(f"  hand-off at the block boundaries of each {kind} round: " + "; ".join(notes))
-    print(f"  {len(keep)} of {n} rounds counted")
+def screen(out, kind, label, dpdk, ours, inconclusive):
+    """Keeps the rounds of `kind` whose hand-off stayed steady, on both sides, and records `label`
+    in `inconclusive[kind]` when fewer than MIN_ROUNDS are left. Returns the kept (dpdk, ours)
+    rounds and the report lines that say which were kept (printed under the section heading)."""
+    keep, notes = steady_rounds(out, kind, len(ours))
+    lines = [f"  hand-off at the block boundaries of each {label} round: " + "; ".join(notes),
+             f"  {len(keep)} of {len(ours)} rounds counted"]
+    if len(keep) < MIN_ROUNDS:
+        inconclusive[kind] = f"{label} ({len(keep)} of {len(ours)} rounds with a steady hand-off)"
+    return [dpdk[i] for i in keep if i < len(dpdk)], [ours[i] for i in keep], lines
 
 
 def main():
@@ -162,15 +165,14 @@ def main():
             dpdk_rounds[i].update({ring_key(r): r["ns_per_elem"] for r in load_rows(p, "ring")})
         ours_rounds = [{ring_key(r): r["ns_per_elem"] for r in load_rows(p, "ring")}
                        for p in rounds_of(out, "dp-ring-*.json")]
-        ring_keep, ring_notes = steady_rounds(out, "ring", len(ours_rounds))
-        ring_total = len(ours_rounds)
-        dpdk_rounds, ours_rounds = pick(dpdk_rounds, ring_keep), pick(ours_rounds, ring_keep)
+        dpdk_rounds, ours_rounds, steady = screen(out, "ring", "ring", dpdk_rounds, ours_rounds,
+                                                  inconclusive)
         print(f"\nRING: ns per element (lower is better), median over {len(ours_rounds)} alternated rounds per side"
               f" [range, spread]; DPDK cycles / {ghz:.3f} GHz TSC")
         print("  one core: one enqueue + one dequeue per element; two cores: producer + consumer time per"
               " element (DPDK's sum). SP/SC and MP/MC: DPDK's ring_perf_autotest; RTS and HTS: its loops"
               " in perf/dpdk/dpdk-ring-mempool.c")
-        print_steadiness("ring", ring_keep, ring_notes, ring_total)
+        print("\n".join(steady))
         print(f"  {'mode':<5} {'op':<6} {'batch':>5} {'cores':>5} {'DPDK ns':>26} {'ours ns':>26}  ours/DPDK (per round)")
         for mode in ("spsc", "mpmc", "rts", "hts"):
             cases = [(mode, "single", 1, 1)]
@@ -186,8 +188,6 @@ def main():
         o, d = series(ours_rounds, ("spsc", "bulk", 32, 2)), series(dpdk_rounds, ("spsc", "bulk", 32, 2))
         if o and d:
             spsc32["ring_perf_autotest"] = o.median / d.median
-        if len(ring_keep) < MIN_ROUNDS:
-            inconclusive["ring"] = f"ring ({len(ring_keep)} of {ring_total} rounds with a steady hand-off)"
 
     if do_mempool:
         dpdk = {}
@@ -250,16 +250,12 @@ def main():
                      for p in rounds_of(out, "dpdk-contended-pool-*.json")]
         ours_pool = [{pool_key(r): r["ops_per_sec"] for r in load_rows(p, "mempool")}
                      for p in rounds_of(out, "dp-contended-pool-*.json")]
-        pool_keep, pool_notes = steady_rounds(out, "contended-pool", len(ours_pool))
-        pool_total = len(ours_pool)
-        dpdk_pool, ours_pool = pick(dpdk_pool, pool_keep), pick(ours_pool, pool_keep)
-        if len(pool_keep) < MIN_ROUNDS:
-            inconclusive["pool"] = (f"contended pools ({len(pool_keep)} of {pool_total} rounds with a"
-                                    " steady hand-off)")
+        dpdk_pool, ours_pool, steady = screen(out, "contended-pool", "contended pool", dpdk_pool,
+                                              ours_pool, inconclusive)
         print(f"\nCONTENDED POOLS: no cache, 2 cores, n_keep=128, Mops/s (higher is better), median over"
               f" {len(ours_pool)} alternated rounds [range, spread]; DPDK's pools (ops ring_mp_mc,"
               " ring_mt_rts, ring_mt_hts) in perf/dpdk/dpdk-ring-mempool.c")
-        print_steadiness("contended pool", pool_keep, pool_notes, pool_total)
+        print("\n".join(steady))
         print(f"  {'ring':<5} {'bulk':>4} {'DPDK Mops/s':>28} {'ours Mops/s':>28}  ours/DPDK (per round)")
         pool_ratio = {}
         for ring in ("multi", "rts", "hts"):
@@ -274,16 +270,12 @@ def main():
                      for p in rounds_of(out, "dpdk-contended-ring-*.json")]
         ours_ring = [{ring_key(r): r["ns_per_elem"] for r in load_rows(p, "ring")}
                      for p in rounds_of(out, "dp-contended-ring-*.json")]
-        cring_keep, cring_notes = steady_rounds(out, "contended-ring", len(ours_ring))
-        cring_total = len(ours_ring)
-        dpdk_ring, ours_ring = pick(dpdk_ring, cring_keep), pick(ours_ring, cring_keep)
-        if len(cring_keep) < MIN_ROUNDS:
-            inconclusive["cring"] = (f"contended rings ({len(cring_keep)} of {cring_total} rounds with"
-                                     " a steady hand-off)")
+        dpdk_ring, ours_ring, steady = screen(out, "contended-ring", "contended ring", dpdk_ring,
+                                              ours_ring, inconclusive)
         print(f"\nCONTENDED RINGS: two cores, one producer and one consumer thread, ns per element (DPDK's"
               f" sum; lower is better), median over {len(ours_ring)} alternated rounds; DPDK in"
               " perf/dpdk/dpdk-ring-mempool.c (ring_perf_autotest's loop, long passes)")
-        print_steadiness("contended ring", cring_keep, cring_notes, cring_total)
+        print("\n".join(steady))
         print(f"  {'mode':<5} {'batch':>5} {'DPDK ns':>26} {'ours ns':>26}  ours/DPDK (per round)")
         for mode in ("spsc", "mpmc", "rts", "hts"):
             for batch in (8, 32):
@@ -297,18 +289,18 @@ def main():
         for bulk in (1, 32):
             r, o, d = pool_ratio[("multi", bulk)]
             if r is None:
-                goals.append(({"pool"}, f"GOAL pool: no cache bulk {bulk} on 2 cores -> FAIL (missing result)"))
+                goals.append(({"contended-pool"}, f"GOAL pool: no cache bulk {bulk} on 2 cores -> FAIL (missing result)"))
                 continue
-            goals.append(({"pool"}, f"GOAL pool: no cache bulk {bulk} on 2 cores (Multi vs ring_mp_mc),"
+            goals.append(({"contended-pool"}, f"GOAL pool: no cache bulk {bulk} on 2 cores (Multi vs ring_mp_mc),"
                           f" median of {len(o.values)} rounds: ours {o.median / 1e6:.1f} vs DPDK"
                           f" {d.median / 1e6:.1f} Mops/s = {r:.2f} (>= 1.2 passes) -> {verdict(r >= 1.2)}"))
 
     if spsc32:
         parts = "; ".join(f"vs {src} {r:.2f}" for src, r in spsc32.items())
-        goals.append(({"ring", "cring"}, f"GOAL ring: SPSC bulk 32 on two cores, ns/elem ours/DPDK {parts}"
+        goals.append(({"ring", "contended-ring"}, f"GOAL ring: SPSC bulk 32 on two cores, ns/elem ours/DPDK {parts}"
                       f" (<= 0.6 passes) -> {verdict(all(r <= 0.6 for r in spsc32.values()))}"))
     elif do_ring or do_contended:
-        goals.append(({"ring", "cring"}, "GOAL ring: SPSC bulk 32 on two cores -> FAIL (missing result)"))
+        goals.append(({"ring", "contended-ring"}, "GOAL ring: SPSC bulk 32 on two cores -> FAIL (missing result)"))
     if do_ring or do_mempool:
         goals.append(({"ring", "mempool"}, f"GOAL every existing case ahead of DPDK: {len(behind)} behind"
                       + (f": {', '.join(behind)}" if behind else "") + f" -> {verdict(not behind)}"))
