@@ -119,6 +119,7 @@ impl Drop for ShmCm {
     fn drop(&mut self) {
         for l in self.listeners.values() {
             self.dev.service.registry().remove(l.sock.as_raw_fd());
+            l.close();
         }
     }
 }
@@ -198,7 +199,7 @@ impl CmChannel for ShmCm {
             id,
             addr,
             path,
-            _lock: lockf,
+            lock: Mutex::new(Some(lockf)),
             sock,
             channel: Arc::downgrade(&self.ch),
             dev: Arc::downgrade(&self.dev),
@@ -218,6 +219,7 @@ impl CmChannel for ShmCm {
             .remove(&id)
             .ok_or(FabricError::BadState("no such listener"))?;
         self.dev.service.registry().remove(l.sock.as_raw_fd());
+        l.close();
         Ok(())
     }
 

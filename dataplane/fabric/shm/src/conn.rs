@@ -292,7 +292,8 @@ pub(crate) struct Listener {
     pub id: ListenId,
     pub addr: SocketAddr,
     pub path: PathBuf,
-    pub _lock: File,
+    /// The `flock`ed lock file that reserves `addr`; `None` once [`Listener::close`]d.
+    pub lock: Mutex<Option<File>>,
     pub sock: OwnedFd,
     pub channel: Weak<ChannelShared>,
     pub dev: Weak<DevCore>,
@@ -300,9 +301,25 @@ pub(crate) struct Listener {
     pub me: Weak<Self>,
 }
 
+impl Listener {
+    /// Gives the address back: unlinks the rendezvous path, then unlocks the address.
+    ///
+    /// The owner calls this when it stops listening, not when the last `Arc` goes: the
+    /// service thread holds a clone until its `poll` wakes, and a listener that lived on
+    /// in it would refuse a new listener on the same address (`AddrInUse`) and, dropped
+    /// later, unlink the new listener's path. The path goes before the lock, so whoever
+    /// takes the lock next binds a fresh path.
+    pub(crate) fn close(&self) {
+        if let Some(f) = lock(&self.lock).take() {
+            unix::unlink(&self.path);
+            drop(f);
+        }
+    }
+}
+
 impl Drop for Listener {
     fn drop(&mut self) {
-        unix::unlink(&self.path);
+        self.close();
     }
 }
 

@@ -360,6 +360,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@one $p, $port, $env, ordering, check_ordering, 130);
         $crate::conformance_tests!(@one $p, $port, $env, ud, check_ud, 140);
         $crate::conformance_tests!(@one $p, $port, $env, move_to_error, check_move_to_error, 195);
+        $crate::conformance_tests!(@one $p, $port, $env, listen_again, check_listen_again, 170);
     };
     (@one $p:ty, $port:ident, $env:expr, $name:ident, $check:ident, $off:expr) => {
         #[test]

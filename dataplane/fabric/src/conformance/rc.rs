@@ -540,6 +540,25 @@ pub fn check_reject_and_unreachable<P: Provider>(env: &Env<P>) -> Check {
     Ok(())
 }
 
+/// An address is free again as soon as its listener stops (by `stop_listen` or with its
+/// channel), on either device, and a connection to the new listener is set up: a process
+/// that restarts at once must not be refused with `AddrInUse` by its own past, nor lose
+/// its new listener to the old one's clean-up.
+pub fn check_listen_again<P: Provider>(env: &Env<P>) -> Check {
+    let addr = SocketAddr::new(env.ip, env.port);
+    for round in 0..200u32 {
+        let dev = if round % 2 == 0 { &env.a } else { &env.b };
+        let mut cm = dev.create_cm_channel().map_err(fe("cm"))?;
+        let id = cm.listen(addr, 4).map_err(|e| {
+            format!("round {round}: listening on {addr} right after its last listener stopped: {e}")
+        })?;
+        if round % 4 < 2 {
+            cm.stop_listen(id).map_err(fe("stop_listen"))?;
+        }
+    }
+    connect(env, env.port, caps(), &[], &[]).map(|_| ())
+}
+
 /// Unsignalled requests free their send-queue slots only with a later signalled
 /// completion; a full send queue refuses more.
 pub fn check_send_queue_accounting<P: Provider>(env: &Env<P>) -> Check {
