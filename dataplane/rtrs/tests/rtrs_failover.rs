@@ -416,3 +416,79 @@ fn test_user_disconnect_keeps_fences_until_the_user_reconnects() {
     assert_eq!(s.app.spurious, 0);
     assert_eq!(s.handler.chunk_reuses, 0);
 }
+
+/// A removed path never connects again, so the chunks it left fenced are held for the
+/// configured `fence_hold` and then return to use (before, they stayed out of use for the
+/// session's life, and adding and removing paths under load drained the queue depth). A
+/// new path that takes the removed one's index neither lifts the hold early nor inherits it.
+#[test]
+fn test_removed_path_holds_its_fences_for_fence_hold_then_frees_them() {
+    let hold = Duration::from_secs(30);
+    let mut s = open_sim(183, |c| {
+        c.latency = Duration::from_micros(20);
+        c.links = 2;
+        c.client.fence_hold = hold;
+    });
+    s.handler.delay = Duration::from_micros(30);
+    s.app.target = 48;
+    s.app.track = true;
+    s.run_for(Duration::from_millis(5));
+    let p0 = s.paths[0];
+    let held = (0..64u16)
+        .filter(|&i| s.client.request_path(i) == Some(p0))
+        .count();
+    assert!(held >= 5, "requests in flight on the path: {held}");
+    let removed_at = s.now;
+    s.client
+        .remove_path(removed_at, p0, &mut ClientSide(&mut s.net))
+        .expect("remove");
+    s.app.interval = Duration::from_micros(100);
+    s.run_for(Duration::from_millis(200));
+    assert_eq!(s.client.path_state(p0), None, "removed");
+    let fenced = s.client.fenced_chunks();
+    assert!(fenced >= held, "held {fenced} of {held}");
+    // A new path gets the removed one's index and link, and connects.
+    s.net.next_link = Some(0);
+    let now = s.now;
+    let p2 = s
+        .client
+        .add_path(now, [0x77; 16], &mut ClientSide(&mut s.net))
+        .expect("add");
+    assert_eq!(p2.idx, p0.idx, "the index is reused");
+    let up = s.run_until_cond(Duration::from_secs(10), |s| {
+        s.client.path_state(p2) == Some(ClientState::Connected)
+    });
+    assert!(up, "the new path connected: {:?}", s.client.path_error(p2));
+    assert_eq!(
+        s.client.fenced_chunks(),
+        fenced,
+        "the new path lifted the hold"
+    );
+    // The load ends: what is still taken is exactly the held chunks, until the deadline.
+    s.app.target = 0;
+    s.run_for(Duration::from_millis(100));
+    assert_eq!(s.app.inflight(), 0);
+    let permits = s.client.permits().unwrap().clone();
+    assert_eq!(
+        permits.in_use() as usize,
+        fenced,
+        "only held permits are taken"
+    );
+    s.run_until(removed_at + hold - Duration::from_millis(1));
+    assert_eq!(
+        s.client.fenced_chunks(),
+        fenced,
+        "lifted before the deadline"
+    );
+    s.run_until(removed_at + hold + Duration::from_millis(1));
+    assert_eq!(
+        s.client.fenced_chunks(),
+        0,
+        "the hold lifts at its deadline"
+    );
+    assert_eq!(permits.in_use(), 0, "every permit is back");
+    assert_eq!(s.app.failed, 0);
+    assert_eq!(s.app.verify_errors, 0);
+    assert_eq!(s.app.spurious, 0);
+    assert_eq!(s.handler.chunk_reuses, 0);
+}

@@ -46,8 +46,10 @@
 //! it stays out of use until the dead path has connected again (Linux's server refuses that
 //! reconnect while its old path exists, and frees the old path only once its operations
 //! are done) or the session is closed. A path that never comes back keeps its chunks
-//! fenced: at most the requests it had in flight, out of `queue_depth`. Linux's client
-//! reuses the chunk at once (`fail_all_outstanding_reqs`).
+//! fenced: at most the requests it had in flight, out of `queue_depth`. A path that is
+//! removed cannot come back, so its chunks are held for [`ClientConfig::fence_hold`]
+//! instead and then return to use. Linux's client reuses the chunk at once
+//! (`fail_all_outstanding_reqs`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -107,6 +109,14 @@ pub struct ClientConfig {
     pub max_segments: u32,
     /// Seed of the reconnect jitter.
     pub seed: u64,
+    /// How long the chunks a *removed* path left fenced stay out of use (module doc,
+    /// "Failover and the dead path's chunks"). A removed path never connects again, so
+    /// the server's word that it drained the old path's operations never comes; this
+    /// bound stands in for it. At least the heartbeat bound (`hb_interval` times
+    /// `hb_missed_max`: the server may not notice the path is gone before that), plus the
+    /// time the server's backend may take to finish a request. Default 60 s: the 25 s
+    /// heartbeat bound and the block layer's 30 s request timeout.
+    pub fence_hold: Duration,
 }
 
 impl ClientConfig {
@@ -136,6 +146,7 @@ impl ClientConfig {
                 sess_uuid[6],
                 sess_uuid[7],
             ]),
+            fence_hold: Duration::from_secs(60),
         })
     }
 
@@ -157,6 +168,11 @@ impl ClientConfig {
         }
         if self.max_segments == 0 {
             return Err(RtrsError::Config("max_segments must be above 0"));
+        }
+        if self.fence_hold < self.hb_interval.saturating_mul(self.hb_missed_max) {
+            return Err(RtrsError::Config(
+                "fence_hold must be at least the heartbeat bound (hb_interval * hb_missed_max)",
+            ));
         }
         Ok(())
     }
@@ -394,15 +410,18 @@ impl ClientSession {
     ) -> Result<(), RtrsError> {
         let i = self.index(id).ok_or(RtrsError::NoSuchPath)?;
         self.close_path(i, now, io);
-        self.remove(i);
+        self.remove(i, now);
         Ok(())
     }
 
-    fn remove(&mut self, i: usize) {
-        let p = self.path_mut(i);
-        if p.state() != ClientState::Closed {
+    fn remove(&mut self, i: usize, now: Instant) {
+        if self.path_mut(i).state() != ClientState::Closed {
             return;
         }
+        // It never connects again: its fences lift after the hold instead.
+        self.fences
+            .hold(i, self.gens[i], now.saturating_add(self.cfg.fence_hold));
+        let p = self.path_mut(i);
         p.change(ClientState::Dead);
         let id = p.id;
         self.paths[i] = None;
@@ -584,6 +603,7 @@ impl ClientSession {
             .iter()
             .flatten()
             .filter_map(ClientPath::poll_timeout)
+            .chain(self.fences.next_deadline())
             .min()
     }
 
@@ -695,6 +715,9 @@ impl ClientSession {
     /// Runs every due timer (heartbeats, connect timeouts, reconnects). Early or repeated
     /// calls do nothing.
     pub fn handle_timeout(&mut self, now: Instant, io: &mut impl ClientIo) {
+        if let Some(p) = &self.permits {
+            self.fences.expire(now, p);
+        }
         for i in 0..self.paths.len() {
             for _ in 0..8 {
                 let Some(p) = self.paths[i].as_mut() else {
@@ -872,7 +895,7 @@ impl ClientSession {
                 self.events
                     .push_back(ClientEvent::PathAddFailed { path: id, error });
                 self.close_path(i, now, io);
-                self.remove(i);
+                self.remove(i, now);
             }
             Origin::Running => {
                 if p.change(ClientState::Reconnecting) {
