@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use common::*;
 use dp_rtrs::clt::{ClientEvent, ClientState, MpPolicy};
-use dp_rtrs::sim::{ClientSide, Sim};
+use dp_rtrs::sim::{ClientSide, Sim, SimConfig};
 use dp_rtrs::timer::Instant;
+use dp_rtrs::work::PathId;
 
 #[derive(Clone, Copy, Debug)]
 enum Kill {
@@ -352,16 +353,13 @@ fn test_lossy_link_no_io_lost() {
     let _ = Instant::ZERO;
 }
 
-/// A path the user disconnects under load fails its requests over as a dead one does, and
-/// fences their chunks: the server may still work in them. The path stays closed (a user
-/// disconnect does not reconnect), so the chunks stay parked, counted by `fenced_chunks`,
-/// and no other permit is lost; the user's reconnect lifts them (found by the `rtrs_client`
-/// fuzz target, whose invariant said every permit comes back).
-#[test]
-fn test_user_disconnect_keeps_fences_until_the_user_reconnects() {
-    let mut s = open_sim(182, |c| {
+/// Two paths with 48 tracked requests running (each served in 30 us): returns the simulator,
+/// path 0 and how many requests are in flight on it (at least 5).
+fn loaded_two_paths(seed: u64, tweak: impl FnOnce(&mut SimConfig)) -> (Sim, PathId, usize) {
+    let mut s = open_sim(seed, |c| {
         c.latency = Duration::from_micros(20);
         c.links = 2;
+        tweak(c);
     });
     s.handler.delay = Duration::from_micros(30);
     s.app.target = 48;
@@ -372,6 +370,17 @@ fn test_user_disconnect_keeps_fences_until_the_user_reconnects() {
         .filter(|&i| s.client.request_path(i) == Some(p0))
         .count();
     assert!(held >= 5, "requests in flight on the path: {held}");
+    (s, p0, held)
+}
+
+/// A path the user disconnects under load fails its requests over as a dead one does, and
+/// fences their chunks: the server may still work in them. The path stays closed (a user
+/// disconnect does not reconnect), so the chunks stay parked, counted by `fenced_chunks`,
+/// and no other permit is lost; the user's reconnect lifts them (found by the `rtrs_client`
+/// fuzz target, whose invariant said every permit comes back).
+#[test]
+fn test_user_disconnect_keeps_fences_until_the_user_reconnects() {
+    let (mut s, p0, held) = loaded_two_paths(182, |_| {});
     let now = s.now;
     s.client
         .disconnect_path(now, p0, &mut ClientSide(&mut s.net))
@@ -424,20 +433,7 @@ fn test_user_disconnect_keeps_fences_until_the_user_reconnects() {
 #[test]
 fn test_removed_path_holds_its_fences_for_fence_hold_then_frees_them() {
     let hold = Duration::from_secs(30);
-    let mut s = open_sim(183, |c| {
-        c.latency = Duration::from_micros(20);
-        c.links = 2;
-        c.client.fence_hold = hold;
-    });
-    s.handler.delay = Duration::from_micros(30);
-    s.app.target = 48;
-    s.app.track = true;
-    s.run_for(Duration::from_millis(5));
-    let p0 = s.paths[0];
-    let held = (0..64u16)
-        .filter(|&i| s.client.request_path(i) == Some(p0))
-        .count();
-    assert!(held >= 5, "requests in flight on the path: {held}");
+    let (mut s, p0, held) = loaded_two_paths(183, |c| c.client.fence_hold = hold);
     let removed_at = s.now;
     s.client
         .remove_path(removed_at, p0, &mut ClientSide(&mut s.net))
