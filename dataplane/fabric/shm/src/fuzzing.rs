@@ -7,7 +7,7 @@ use std::ptr::NonNull;
 
 use crate::layout::{KeyTable, UD_MTU, UdSegHeader, UdSegView, key_table_len, ud_seg_len};
 use crate::msg::{HDR_LEN, MAX_FDS, MAX_MSG, Msg};
-use crate::qpseg::inbound_kind::{SEND, SEND_IMM, SEND_INV, WRITE_IMM_INLINE};
+use crate::qpseg::inbound_kind::{SEND, SEND_IMM, SEND_INV, WRITE_IMM_INLINE, is_inline_send};
 use crate::qpseg::{InboundSlot, QpSegHeader, QpSegView, SLOT_INLINE};
 use crate::rc::widen_credit;
 
@@ -135,9 +135,10 @@ pub fn seg_attach(qp: bool, mapped: u32, n: u64, tail: u64, contents: &[u8]) {
                 );
             }
         }
-        if let Some(i) = inbound.filter(|i| i.kind == WRITE_IMM_INLINE) {
-            // `QpCore::land` copies an inline payload's `len` bytes from what `inline_src`
-            // returns for it: they must lie inside message `n`'s own slot.
+        if let Some(i) = inbound.filter(|i| i.kind == WRITE_IMM_INLINE || is_inline_send(i.kind)) {
+            // `QpCore::land` copies an inline payload's `len` bytes (a placed WRITE's or a
+            // small SEND's) from what `inline_src` returns for it: they must lie inside
+            // message `n`'s own slot.
             if let Some(p) = v.inline_src(n, i.len) {
                 let i_slot = (n & u64::from(l.rq_cap - 1)) as usize;
                 let slot_at = l.slots_off + i_slot * slot;

@@ -230,10 +230,13 @@ fn test_inline_payload_to_a_local_only_key_is_a_violation() {
 }
 
 /// An owner that claims to have released bounce bytes it was never sent: the sender fails
-/// its request instead of waiting for room forever.
+/// its request instead of waiting for room forever. The sender reads the owner's counter
+/// only when its own copy shows too little room, so the lie is found by the SEND that
+/// needs room the first one took: two SENDs of over half the bounce area each.
 #[test]
 fn test_bounce_release_ahead_of_the_sender_fails_the_send() {
     let (mut p, dir) = pair(22_040);
+    let half = p.b.qp.core.view.layout.bounce_len / 2 + 4096;
     // The "victim" here is the active side's view of the passive side's segment: the
     // passive side writes bounce_tail there.
     p.b.qp
@@ -242,34 +245,66 @@ fn test_bounce_release_ahead_of_the_sender_fails_the_send() {
         .header()
         .bounce_tail
         .store(1 << 40, Ordering::Release);
-    let sge = [p.b.mr.sge(0, 64)];
-    p.b.qp
-        .post_recv(&[RecvWr {
-            wr_id: 1,
-            sgl: &sge,
-        }])
-        .expect("post_recv");
-    let src = [p.a.mr.sge(0, 64)];
-    p.a.qp
-        .post_send(&[dp_fabric::SendWr::signaled(
-            9,
-            dp_fabric::SendOp::Send,
-            &src,
-        )])
-        .expect("post_send");
-    let mut out = [dp_fabric::Completion::default(); 4];
-    let mut got = None;
-    for _ in 0..1_000_000 {
-        let n = p.a.cq.poll(&mut out);
-        if let Some(c) = out[..n].iter().find(|c| c.wr_id == 9) {
-            got = Some(*c);
-            break;
+    for (i, off) in [0, half].into_iter().enumerate() {
+        let sge = [p.b.mr.sge(off as usize, half)];
+        p.b.qp
+            .post_recv(&[RecvWr {
+                wr_id: i as u64,
+                sgl: &sge,
+            }])
+            .expect("post_recv");
+    }
+    let src = [p.a.mr.sge(0, half)];
+    let mut got = Vec::new();
+    for wr_id in [8, 9] {
+        p.a.qp
+            .post_send(&[dp_fabric::SendWr::signaled(
+                wr_id,
+                dp_fabric::SendOp::Send,
+                &src,
+            )])
+            .expect("post_send");
+        let mut out = [dp_fabric::Completion::default(); 4];
+        for _ in 0..1_000_000 {
+            let n = p.a.cq.poll(&mut out);
+            if let Some(c) = out[..n].iter().find(|c| c.wr_id == wr_id) {
+                got.push(*c);
+                break;
+            }
         }
     }
-    let c = got.expect("the send waited forever for room the peer lied about");
-    assert!(!c.is_ok(), "{c:?}");
+    assert_eq!(
+        got.len(),
+        2,
+        "the second send waited forever for room the peer lied about: {got:?}"
+    );
+    assert!(got[0].is_ok(), "the first send had room: {:?}", got[0]);
+    assert!(!got[1].is_ok(), "{:?}", got[1]);
     drop(p);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A SEND whose payload the peer says rides in the slot but is longer than a slot holds:
+/// the victim would copy from the next slot (or past the slot array).
+#[test]
+fn test_inline_send_longer_than_a_slot_is_a_violation() {
+    for (port, kind) in [
+        (22_045, inbound_kind::SEND_INLINE),
+        (22_046, inbound_kind::SEND_IMM_INLINE),
+        (22_047, inbound_kind::SEND_INV_INLINE),
+    ] {
+        let (mut p, dir) = pair(port);
+        let m = Inbound {
+            kind,
+            imm: Some(3),
+            len: SLOT_INLINE as u32 + 1,
+            ..Inbound::default()
+        };
+        let c = victim_completion(&mut p, &m);
+        assert_violation(&p, &c);
+        drop(p);
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
 
 /// Mappings in this process whose backing file is the one behind `addr`.

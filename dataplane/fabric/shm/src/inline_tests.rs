@@ -1,8 +1,10 @@
-//! WRITEs with immediate that the sender lets the responder place at poll time
+//! Payloads that ride in the inbound slot: WRITEs with immediate that the sender lets the
+//! responder place at poll time
 //! ([`SendFlags::PLACE_ON_POLL`]): up to [`SLOT_INLINE`] bytes travel in the inbound slot
 //! and reach their destination when the responder polls the completion, not before; longer
-//! ones, and requests without the flag, are placed at once as before. Also the
-//! completion queue's cheap look ([`CompletionQueue::may_have_work`]) that spinning
+//! ones, and requests without the flag, are placed at once as before; and SENDs of up to
+//! [`SLOT_INLINE`] bytes, which always ride in the slot. Also the completion queue's cheap
+//! look ([`CompletionQueue::may_have_work`]) that spinning
 //! callers take before a poll.
 
 use dp_fabric::{
@@ -196,6 +198,66 @@ fn test_may_have_work_sees_what_poll_would_find() {
         p.b.cq.may_have_work(),
         "the error state (receives to flush)"
     );
+    drop(p);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// SENDs of up to [`SLOT_INLINE`] bytes ride in the inbound slot, longer ones in the bounce
+/// buffer; either way the receive gets the bytes, length and immediate, and only the long
+/// ones move the bounce buffer's counters.
+#[test]
+fn test_send_payloads_land_from_the_slot_or_the_bounce_buffer() {
+    let (mut p, dir) = pair(22_240);
+    let cases = [0, 1, 48, 64, SLOT_INLINE, SLOT_INLINE + 1, 4096];
+    for (k, &len) in cases.iter().enumerate() {
+        let off = k * 8192;
+        let sge = [p.b.mr.sge(off, 8192)];
+        p.b.qp
+            .post_recv(&[RecvWr {
+                wr_id: k as u64,
+                sgl: &sge,
+            }])
+            .expect("post_recv");
+        let pat = |i: usize| (i as u8).wrapping_mul(7) ^ k as u8;
+        p.a.fill(off, len, pat);
+        let src = [p.a.mr.sge(off, len as u32)];
+        let op = if k % 2 == 0 {
+            SendOp::Send
+        } else {
+            SendOp::SendImm(0xC0DE_0000 | k as u32)
+        };
+        p.a.qp
+            .post_send(&[SendWr {
+                wr_id: 100 + k as u64,
+                op,
+                payload: Payload::Sgl(&src),
+                flags: SendFlags::SIGNALED,
+            }])
+            .expect("post_send");
+        let c = recv_one(&mut p);
+        assert!(c.is_ok(), "{len} bytes: {c:?}");
+        assert_eq!(c.opcode, WcOpcode::Recv, "{len} bytes");
+        assert_eq!(c.byte_len, len as u32, "{len} bytes");
+        let imm = (k % 2 == 1).then_some(0xC0DE_0000 | k as u32);
+        assert_eq!(c.imm, imm, "{len} bytes");
+        let bad = (0..len).find(|&i| p.b.byte(off + i) != pat(i));
+        assert_eq!(bad, None, "{len} bytes: first wrong byte");
+        drain(&mut p.a.cq);
+        // Relaxed: read after the completion, on the thread that polled it.
+        let released =
+            p.b.qp
+                .core
+                .view
+                .header()
+                .bounce_tail
+                .load(core::sync::atomic::Ordering::Relaxed);
+        let long: u64 = cases[..=k]
+            .iter()
+            .filter(|&&l| l > SLOT_INLINE)
+            .map(|&l| l as u64)
+            .sum();
+        assert_eq!(released, long, "after {len} bytes: bounce bytes released");
+    }
     drop(p);
     let _ = std::fs::remove_dir_all(dir);
 }

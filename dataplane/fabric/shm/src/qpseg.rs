@@ -6,10 +6,12 @@
 //! # Inbound slots
 //!
 //! Each message that consumes a receive is published in one 128-byte slot (two cache
-//! lines): its kind, immediate and length, and for a WRITE with immediate that the sender
-//! marked [`PLACE_ON_POLL`](dp_fabric::SendFlags::PLACE_ON_POLL) and that fits
-//! ([`SLOT_INLINE`] bytes), the payload itself with its destination (remote key and
-//! address). The owner places such a payload when it polls the message, as NICs scatter
+//! lines): its kind, immediate and length, and the payload itself when it fits
+//! ([`SLOT_INLINE`] bytes) and is a SEND, or a WRITE with immediate that the sender marked
+//! [`PLACE_ON_POLL`](dp_fabric::SendFlags::PLACE_ON_POLL) (with its destination: remote key
+//! and address). A small SEND then never touches the bounce buffer: neither its payload
+//! lines nor the owner's release counter, which the sender would otherwise fetch back from
+//! the owner's core for every message. The owner places such a payload when it polls the message, as NICs scatter
 //! small payloads into the completion entry and the driver copies them out at poll time:
 //! a small message then moves the slot's two lines between the cores, fetched together,
 //! instead of the destination's lines first and the slot's after them. Everything in a
@@ -43,6 +45,19 @@ pub(crate) mod inbound_kind {
     /// SEND with invalidate: a SEND whose `key` the owner invalidates (it must be the
     /// current key of one of its windows) before it reports the receive.
     pub(crate) const SEND_INV: u32 = 6;
+    /// SEND whose payload (at most [`SLOT_INLINE`](super::SLOT_INLINE) bytes) is in the
+    /// slot, not the bounce buffer.
+    pub(crate) const SEND_INLINE: u32 = 7;
+    /// SEND with immediate, payload in the slot.
+    pub(crate) const SEND_IMM_INLINE: u32 = 8;
+    /// SEND with invalidate, payload in the slot.
+    pub(crate) const SEND_INV_INLINE: u32 = 9;
+
+    /// The SEND kinds whose payload rides in the slot.
+    #[inline]
+    pub(crate) const fn is_inline_send(kind: u32) -> bool {
+        matches!(kind, SEND_INLINE | SEND_IMM_INLINE | SEND_INV_INLINE)
+    }
 }
 
 /// Most payload bytes an inbound slot carries (a WRITE with immediate up to this size, if
@@ -403,8 +418,13 @@ impl QpSegView {
     /// [`Reserve::Full`] if the owner has not freed enough yet, or [`Reserve::Bad`] if the
     /// owner's release counter is impossible (ahead of what we sent, or a request larger than
     /// the whole buffer).
+    ///
+    /// `tail` is the caller's copy of the owner's release counter: the counter only grows,
+    /// so room the copy shows is there, and the owner's line (which it writes as it lands
+    /// SENDs) is fetched only when the copy shows too little. A lying owner is found then,
+    /// when its word would matter.
     #[inline]
-    pub(crate) fn bounce_reserve(&self, head: u64, len: u32) -> Reserve {
+    pub(crate) fn bounce_reserve(&self, head: u64, len: u32, tail: &mut u64) -> Reserve {
         let cap = u64::from(self.layout.bounce_len);
         let len = u64::from(len);
         if len > cap || cap == 0 {
@@ -416,11 +436,14 @@ impl QpSegView {
         } else {
             head
         };
+        if (start + len).saturating_sub(*tail) <= cap {
+            return Reserve::At(start);
+        }
         // Q5: Acquire, pairs with Q6 in `bounce_release`: the owner finished reading the
         // bytes we are about to overwrite.
-        let tail = self.header().bounce_tail.load(Ordering::Acquire);
+        *tail = self.header().bounce_tail.load(Ordering::Acquire);
         // The owner writes `tail`: it may lag, but never run past what we sent.
-        match (start + len).checked_sub(tail) {
+        match (start + len).checked_sub(*tail) {
             None => Reserve::Bad,
             Some(used) if used <= cap => Reserve::At(start),
             Some(_) => Reserve::Full,

@@ -137,6 +137,8 @@ pub(crate) struct SendState {
     credits_used: u64,
     credit_cache: u64,
     bounce_head: u64,
+    /// The owner's bounce release counter as last read (see `QpSegView::bounce_reserve`).
+    bounce_tail: u64,
     rnr_counted: bool,
     /// Messages were published in the peer's inbound slots since its doorbell last rang:
     /// `deliver` leaves the ring to the end of the `post_send` or `progress` call, so a
@@ -504,19 +506,36 @@ impl QpCore {
                     );
                     return Outcome::Done(WcStatus::RemInvReqErr, 0);
                 }
-                let start = match peer.view.bounce_reserve(st.bounce_head, len as u32) {
-                    Reserve::At(s) => s,
-                    Reserve::Full => return Outcome::Blocked,
-                    // The peer claims to have released bytes we never sent: its segment is
-                    // corrupt. Fail the request (and with it the connection).
-                    Reserve::Bad => return Outcome::Done(WcStatus::RemOpErr, 0),
+                // A payload that fits rides in the slot; a larger one in the bounce buffer.
+                let inline = len <= SLOT_INLINE as u64;
+                let bounce_end = if inline {
+                    if let Some(to) = peer.view.inline_dst(st.credits_used, len as u32) {
+                        copy_out(&src, to);
+                    }
+                    0
+                } else {
+                    let start = match peer.view.bounce_reserve(
+                        st.bounce_head,
+                        len as u32,
+                        &mut st.bounce_tail,
+                    ) {
+                        Reserve::At(s) => s,
+                        Reserve::Full => return Outcome::Blocked,
+                        // The peer claims to have released bytes we never sent: its segment
+                        // is corrupt. Fail the request (and with it the connection).
+                        Reserve::Bad => return Outcome::Done(WcStatus::RemOpErr, 0),
+                    };
+                    gather(&src, peer.view.bounce_ptr(start));
+                    st.bounce_head = start + len;
+                    start + len
                 };
-                gather(&src, peer.view.bounce_ptr(start));
-                st.bounce_head = start + len;
-                let (kind, imm, key) = match op {
-                    SendOp::SendImm(i) => (inbound_kind::SEND_IMM, Some(i), 0),
-                    SendOp::SendInv(k) => (inbound_kind::SEND_INV, None, k),
-                    _ => (inbound_kind::SEND, None, 0),
+                let (kind, imm, key) = match (op, inline) {
+                    (SendOp::SendImm(i), false) => (inbound_kind::SEND_IMM, Some(i), 0),
+                    (SendOp::SendImm(i), true) => (inbound_kind::SEND_IMM_INLINE, Some(i), 0),
+                    (SendOp::SendInv(k), false) => (inbound_kind::SEND_INV, None, k),
+                    (SendOp::SendInv(k), true) => (inbound_kind::SEND_INV_INLINE, None, k),
+                    (_, false) => (inbound_kind::SEND, None, 0),
+                    (_, true) => (inbound_kind::SEND_INLINE, None, 0),
                 };
                 self.deliver(
                     st,
@@ -525,7 +544,7 @@ impl QpCore {
                         kind,
                         imm,
                         len: len as u32,
-                        bounce_end: start + len,
+                        bounce_end,
                         key,
                         ..Inbound::default()
                     },

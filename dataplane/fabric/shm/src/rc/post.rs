@@ -103,6 +103,7 @@ impl QpCore {
                 credits_used: 0,
                 credit_cache: 0,
                 bounce_head: 0,
+                bounce_tail: 0,
                 rnr_counted: false,
                 ring_due: false,
                 cq_tx,

@@ -31,6 +31,7 @@ impl QpCore {
     pub(crate) fn drain_recv(&self, rs: &mut RecvSide, out: &mut [Completion]) -> (usize, bool) {
         let mut n = 0;
         let credit = rs.peer_credit;
+        let released = rs.bounce_tail;
         // Acquire: pairs with the Release store of the fault by the peer.
         let fault = self.view.header().fault.load(Ordering::Acquire);
         if fault != 0 && self.state() != QpState::Error {
@@ -76,6 +77,11 @@ impl QpCore {
                 n += 1;
                 self.bump_consumed();
             }
+        }
+        if rs.bounce_tail != released {
+            // One store for every SEND landed in this poll: the sender reads the line only
+            // when its copy of the counter shows too little room.
+            self.view.bounce_release(rs.bounce_tail);
         }
         if rs.peer_credit != credit {
             // H1: Release, pairs with H2 in `take_credit`.
@@ -131,8 +137,21 @@ impl QpCore {
                     unsafe { ptr::copy_nonoverlapping(src, dst, m.len as usize) };
                 }
             }
-            inbound_kind::SEND | inbound_kind::SEND_IMM | inbound_kind::SEND_INV => {
-                let Some(src) = self.view.bounce_payload(*bounce_tail, m.bounce_end, m.len) else {
+            inbound_kind::SEND
+            | inbound_kind::SEND_IMM
+            | inbound_kind::SEND_INV
+            | inbound_kind::SEND_INLINE
+            | inbound_kind::SEND_IMM_INLINE
+            | inbound_kind::SEND_INV_INLINE => {
+                // The length and bounce position are the peer's: a payload in the slot must
+                // fit it, one in the bounce buffer must lie in what is unreleased of it.
+                let inline = inbound_kind::is_inline_send(m.kind);
+                let src = if inline {
+                    self.view.inline_src(n, m.len)
+                } else {
+                    self.view.bounce_payload(*bounce_tail, m.bounce_end, m.len)
+                };
+                let Some(src) = src else {
                     return self.violation(c);
                 };
                 let mut left = m.len;
@@ -149,11 +168,12 @@ impl QpCore {
                     match self.pd.check_local(s.lkey, s.addr, k, true) {
                         Some(dst) => {
                             // SAFETY: dst..dst+k is inside a live registration with local
-                            // write rights (checked); at..at+k is inside the bounce area
-                            // (the sender reserved len contiguous bytes) and was published
+                            // write rights (checked); at..at+k is inside the slot (len <=
+                            // SLOT_INLINE) or the bounce area (the sender reserved len
+                            // contiguous bytes, checked against the area) and was published
                             // by the slot's Release store, which `pop` acquired.
                             unsafe { ptr::copy_nonoverlapping(at, dst, k as usize) };
-                            // SAFETY: stays within the reserved contiguous bounce range.
+                            // SAFETY: stays within the payload's contiguous range.
                             at = unsafe { at.add(k as usize) };
                             left -= k;
                         }
@@ -166,9 +186,15 @@ impl QpCore {
                 if m.len > w.total {
                     c.status = WcStatus::LocLenErr;
                 }
-                *bounce_tail = m.bounce_end;
-                self.view.bounce_release(m.bounce_end);
-                if m.kind == inbound_kind::SEND_INV && c.is_ok() {
+                if !inline {
+                    // Released to the sender once per poll (`drain_recv`).
+                    *bounce_tail = m.bounce_end;
+                }
+                if matches!(
+                    m.kind,
+                    inbound_kind::SEND_INV | inbound_kind::SEND_INV_INLINE
+                ) && c.is_ok()
+                {
                     self.remote_invalidate(m.key, &mut c);
                 }
             }
