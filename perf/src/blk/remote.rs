@@ -24,6 +24,7 @@ use mempool::memory::{Region, RegionConfig};
 
 use super::engine::{Busy, Done, Op, Target, TargetGeometry};
 use crate::PerfError;
+use crate::harness::Idle;
 
 /// How long a side waits for its peer before it gives up.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -124,19 +125,22 @@ fn serve_with<P: Provider, B: Backend>(
     let mut s = RnbdServer::new(drv, srv, exports);
     let start = std::time::Instant::now();
     let mut seen = false;
-    let mut idle_since: Option<std::time::Instant> = None;
     // Why paths closed, said once each on stderr (an interop run needs the reason).
     let mut reported: Vec<dataplane::rtrs::work::PathId> = Vec::new();
+    let mut idle = Idle::new(plan.busy);
     loop {
         let work = s.poll(clock.now());
-        if work == 0 {
-            for p in s.rtrs().paths() {
-                if let Some(e) = s.rtrs().path_error(p)
-                    && !reported.contains(&p)
-                {
-                    reported.push(p);
-                    eprintln!("dp-perf blk server: path {p:?} closing: {e:?}");
-                }
+        // Path errors, the session count and the clock only on the idle turns `Idle` says:
+        // each turn they lengthened was one a request that had just arrived waited for.
+        if !idle.after(work) {
+            continue;
+        }
+        for p in s.rtrs().paths() {
+            if let Some(e) = s.rtrs().path_error(p)
+                && !reported.contains(&p)
+            {
+                reported.push(p);
+                eprintln!("dp-perf blk server: path {p:?} closing: {e:?}");
             }
         }
         let sessions = s.rtrs().sessions().count();
@@ -149,15 +153,6 @@ fn serve_with<P: Provider, B: Backend>(
                 "no client came within {} s",
                 PATIENCE.as_secs()
             )));
-        }
-        if work > 0 || plan.busy {
-            idle_since = None;
-        } else if idle_since
-            .get_or_insert_with(std::time::Instant::now)
-            .elapsed()
-            > Duration::from_micros(50)
-        {
-            std::thread::sleep(Duration::from_micros(20));
         }
     }
 }

@@ -8,6 +8,7 @@
 
 mod affinity;
 mod barrier;
+mod idle;
 mod pair;
 mod provider;
 mod runner;
@@ -16,6 +17,7 @@ mod timer;
 
 pub use affinity::{CpuPair, allowed_cpus, check_cpu, pin_current};
 pub use barrier::{Backoff, SpinBarrier};
+pub(crate) use idle::Idle;
 pub(crate) use pair::{Peer, SHM_PAIR_IP, Server, parse_addr, shm_dir, start_role};
 pub use provider::ProviderKind;
 #[cfg(feature = "verbs")]

@@ -20,9 +20,9 @@ use lcore::time::{Clock, Instant, RealClock};
 use mempool::memory::{Region, RegionConfig};
 
 use super::msg::{BYE, USR_LEN};
-use super::poll::Idle;
 use super::report::{KillReport, RtrsReport};
 use crate::PerfError;
+use crate::harness::Idle;
 
 /// What one client run does.
 #[derive(Debug, Clone)]

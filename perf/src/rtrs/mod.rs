@@ -29,7 +29,6 @@
 
 mod client;
 mod msg;
-mod poll;
 mod report;
 mod server;
 

@@ -18,8 +18,8 @@ use lcore::time::{Clock, RealClock};
 use mempool::memory::{Region, RegionConfig};
 
 use super::msg::{BYE, USR_LEN};
-use super::poll::Idle;
 use crate::PerfError;
+use crate::harness::Idle;
 
 /// Blocks of the RAM disk (the block a request names is taken modulo this).
 pub(super) const DISK_BLOCKS: u64 = 1024;
