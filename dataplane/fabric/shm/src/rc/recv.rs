@@ -31,7 +31,7 @@ impl QpCore {
     pub(crate) fn drain_recv(&self, rs: &mut RecvSide, out: &mut [Completion]) -> (usize, bool) {
         let mut n = 0;
         let credit = rs.peer_credit;
-        let released = rs.bounce_tail;
+        let mut released = rs.bounce_tail;
         // Acquire: pairs with the Release store of the fault by the peer.
         let fault = self.view.header().fault.load(Ordering::Acquire);
         if fault != 0 && self.state() != QpState::Error {
@@ -52,6 +52,12 @@ impl QpCore {
                 break;
             };
             out[n] = self.land(rs.next_in, &m, &w, &mut rs.bounce_tail);
+            if rs.bounce_tail - released >= rs.release_every {
+                // Large SENDs: the sender may be waiting for this room (a lap of the
+                // buffer is a few of them), so it goes back before the poll ends.
+                self.view.bounce_release(rs.bounce_tail);
+                released = rs.bounce_tail;
+            }
             rs.next_in += 1;
             rs.peer_credit = widen_credit(rs.peer_credit, m.credit);
             if !out[n].is_ok() {
@@ -79,8 +85,9 @@ impl QpCore {
             }
         }
         if rs.bounce_tail != released {
-            // One store for every SEND landed in this poll: the sender reads the line only
-            // when its copy of the counter shows too little room.
+            // One store for the SENDs landed in this poll since the last release: the
+            // sender reads the line only when its copy of the counter shows too little
+            // room.
             self.view.bounce_release(rs.bounce_tail);
         }
         if rs.peer_credit != credit {
@@ -254,6 +261,10 @@ pub(crate) struct RecvSide {
     pub next_in: u64,
     /// Bounce bytes released so far: where the next SEND payload may start.
     pub bounce_tail: u64,
+    /// Landed bounce bytes that are released at once, without waiting for the end of the
+    /// poll (an eighth of the buffer: large SENDs give their room back while the poll
+    /// goes on; small ones, once per poll).
+    pub release_every: u64,
     /// The peer's posted receives as its messages said, widened (published to the send
     /// side as `QpCore::credit_hint`).
     pub peer_credit: u64,
