@@ -28,8 +28,11 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
-use dataplane::fabric::shm::{Shm, ShmConfig, ShmDevice};
-use dataplane::rsocket::{RecvFlags, RsConfig, RsContext, RsError, RsListener, RsStream, SockOpt};
+use dataplane::fabric::shm::Shm;
+use dataplane::rsocket::{RecvFlags, RsError, RsListener, RsStream, SockOpt};
+
+#[path = "common/rsocket.rs"]
+mod rsocket;
 
 /// Send and receive buffer of each socket (`dp-perf rstream --sockets`' default `-B`).
 const BUF: u32 = 16 * 1024;
@@ -44,15 +47,7 @@ fn main() {
         .map_or(20, |s| s.parse().expect("a round count"));
     let dir = std::env::temp_dir().join(format!("dp-rs-idle-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("rendezvous directory");
-    let ctx = || -> RsContext<Shm> {
-        let dev = ShmDevice::open(ShmConfig {
-            dir: Some(dir.clone()),
-            ..ShmConfig::default()
-        })
-        .expect("shm device");
-        RsContext::with_config(dev, RsConfig::default()).expect("rsocket context")
-    };
-    let (cs, cc) = (ctx(), ctx());
+    let (cs, cc) = (rsocket::context(&dir), rsocket::context(&dir));
     let at = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 84, 0, 1)), 7471);
     let opts = [SockOpt::SndBuf(BUF), SockOpt::RcvBuf(BUF)];
     let l = RsListener::bind_with(&cs, at, &opts).expect("listen");

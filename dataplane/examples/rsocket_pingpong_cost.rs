@@ -27,10 +27,11 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
-use dataplane::fabric::shm::{Shm, ShmConfig, ShmDevice};
-use dataplane::rsocket::{
-    RecvFlags, RsConfig, RsContext, RsError, RsListener, RsStream, SendFlagsRs, SockOpt,
-};
+use dataplane::fabric::shm::Shm;
+use dataplane::rsocket::{RecvFlags, RsError, RsListener, RsStream, SendFlagsRs, SockOpt};
+
+#[path = "common/rsocket.rs"]
+mod rsocket;
 
 /// Round trips before the measured run.
 const WARMUP: u64 = 2_000;
@@ -45,15 +46,7 @@ fn main() {
         .map_or(100_000, |s| s.parse().expect("a round trip count"));
     let dir = std::env::temp_dir().join(format!("dp-rs-ppcost-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("rendezvous directory");
-    let ctx = || -> RsContext<Shm> {
-        let dev = ShmDevice::open(ShmConfig {
-            dir: Some(dir.clone()),
-            ..ShmConfig::default()
-        })
-        .expect("shm device");
-        RsContext::with_config(dev, RsConfig::default()).expect("rsocket context")
-    };
-    let (cs, cc) = (ctx(), ctx());
+    let (cs, cc) = (rsocket::context(&dir), rsocket::context(&dir));
     let at = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 83, 0, 1)), 7471);
     let opts = [
         SockOpt::SndBuf(BUF),

@@ -1,7 +1,7 @@
 //! Building blocks shared by every measurement: core pinning, a spin barrier with a yielding
 //! fallback, pinned one- and two-thread runners, a nanosecond timer on the calibrated TSC, and
-//! percentile summaries; and for the client/server benchmarks (fabric tests, `rstream`), the
-//! provider choice and the `--pair` process pair.
+//! percentile summaries; and for the client/server benchmarks (fabric tests, `rstream`,
+//! `rtrs`, `blk`), the provider choice, the `--pair` process pair and the idle wait.
 //!
 //! The lead's fabric benchmarks and the criterion benches in `benches/` use these too, so all
 //! numbers in the perf lab come from the same clock and the same pinning rules.

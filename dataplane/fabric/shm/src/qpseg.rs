@@ -11,8 +11,9 @@
 //! [`PLACE_ON_POLL`](dp_fabric::SendFlags::PLACE_ON_POLL) (with its destination: remote key
 //! and address). A small SEND then never touches the bounce buffer: neither its payload
 //! lines nor the owner's release counter, which the sender would otherwise fetch back from
-//! the owner's core for every message. The owner places such a payload when it polls the message, as NICs scatter
-//! small payloads into the completion entry and the driver copies them out at poll time:
+//! the owner's core for every message. The owner copies such a payload out when it polls
+//! the message, as NICs scatter small payloads into the completion entry and the driver
+//! copies them out at poll time:
 //! a small message then moves the slot's two lines between the cores, fetched together,
 //! instead of the destination's lines first and the slot's after them. Everything in a
 //! slot is the peer's word: the owner checks the length against [`SLOT_INLINE`] and the
@@ -57,6 +58,18 @@ pub(crate) mod inbound_kind {
     #[inline]
     pub(crate) const fn is_inline_send(kind: u32) -> bool {
         matches!(kind, SEND_INLINE | SEND_IMM_INLINE | SEND_INV_INLINE)
+    }
+
+    /// The kind of SEND `kind` (`SEND`, `SEND_IMM` or `SEND_INV`) when its payload rides in
+    /// the slot; any other kind as it is.
+    #[inline]
+    pub(crate) const fn in_slot(kind: u32) -> u32 {
+        match kind {
+            SEND => SEND_INLINE,
+            SEND_IMM => SEND_IMM_INLINE,
+            SEND_INV => SEND_INV_INLINE,
+            k => k,
+        }
     }
 }
 

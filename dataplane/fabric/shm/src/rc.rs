@@ -529,13 +529,15 @@ impl QpCore {
                     st.bounce_head = start + len;
                     start + len
                 };
-                let (kind, imm, key) = match (op, inline) {
-                    (SendOp::SendImm(i), false) => (inbound_kind::SEND_IMM, Some(i), 0),
-                    (SendOp::SendImm(i), true) => (inbound_kind::SEND_IMM_INLINE, Some(i), 0),
-                    (SendOp::SendInv(k), false) => (inbound_kind::SEND_INV, None, k),
-                    (SendOp::SendInv(k), true) => (inbound_kind::SEND_INV_INLINE, None, k),
-                    (_, false) => (inbound_kind::SEND, None, 0),
-                    (_, true) => (inbound_kind::SEND_INLINE, None, 0),
+                let (kind, imm, key) = match op {
+                    SendOp::SendImm(i) => (inbound_kind::SEND_IMM, Some(i), 0),
+                    SendOp::SendInv(k) => (inbound_kind::SEND_INV, None, k),
+                    _ => (inbound_kind::SEND, None, 0),
+                };
+                let kind = if inline {
+                    inbound_kind::in_slot(kind)
+                } else {
+                    kind
                 };
                 self.deliver(
                     st,

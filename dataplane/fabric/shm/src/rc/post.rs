@@ -120,7 +120,6 @@ impl QpCore {
             rq: rq_rx,
             next_in: 0,
             bounce_tail: 0,
-            release_every: u64::from(layout.bounce_len / 8).max(1),
             peer_credit: 0,
         };
         Ok((core, rq_tx, recv))

@@ -32,6 +32,10 @@ impl QpCore {
         let mut n = 0;
         let credit = rs.peer_credit;
         let mut released = rs.bounce_tail;
+        // Landed bounce bytes released at once, without waiting for the end of the poll:
+        // large SENDs give their room back while the poll goes on; small ones, once per
+        // poll.
+        let release_every = u64::from(self.view.layout.bounce_len / 8).max(1);
         // Acquire: pairs with the Release store of the fault by the peer.
         let fault = self.view.header().fault.load(Ordering::Acquire);
         if fault != 0 && self.state() != QpState::Error {
@@ -52,7 +56,7 @@ impl QpCore {
                 break;
             };
             out[n] = self.land(rs.next_in, &m, &w, &mut rs.bounce_tail);
-            if rs.bounce_tail - released >= rs.release_every {
+            if rs.bounce_tail - released >= release_every {
                 // Large SENDs: the sender may be waiting for this room (a lap of the
                 // buffer is a few of them), so it goes back before the poll ends.
                 self.view.bounce_release(rs.bounce_tail);
@@ -194,7 +198,7 @@ impl QpCore {
                     c.status = WcStatus::LocLenErr;
                 }
                 if !inline {
-                    // Released to the sender once per poll (`drain_recv`).
+                    // Released to the sender by `drain_recv`, before its poll ends.
                     *bounce_tail = m.bounce_end;
                 }
                 if matches!(
@@ -259,12 +263,9 @@ impl QpCore {
 pub(crate) struct RecvSide {
     pub rq: Consumer<RecvWqe, Single>,
     pub next_in: u64,
-    /// Bounce bytes released so far: where the next SEND payload may start.
+    /// Bounce bytes landed so far: where the next SEND payload may start. `drain_recv`
+    /// releases them to the sender by the end of each poll.
     pub bounce_tail: u64,
-    /// Landed bounce bytes that are released at once, without waiting for the end of the
-    /// poll (an eighth of the buffer: large SENDs give their room back while the poll
-    /// goes on; small ones, once per poll).
-    pub release_every: u64,
     /// The peer's posted receives as its messages said, widened (published to the send
     /// side as `QpCore::credit_hint`).
     pub peer_credit: u64,
