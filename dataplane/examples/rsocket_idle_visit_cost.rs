@@ -25,6 +25,13 @@
 //! take the rest: the socket table entry and the stream state (`StreamConn::recv`,
 //! `is_settled`), about two lines each. This is what `dp-perf rstream --sockets N` pays
 //! on each background visit (`perf/src/rstream/background.rs`).
+//!
+//! Since the completion queue's look was slimmed (the queue's own flags on one
+//! hot line that the rings' producers set, the scan list keeping each queue pair's segment
+//! and next message number, the segment's state and fault words on its first line):
+//! **315 instructions and 12.9 misses per visit** (66,395 over 5,120). `may_have_work` now
+//! reads about five lines: the queue's first line, its hot line, the scan list, the
+//! segment's first line and the next inbound slot. The rsocket layers' seven are the rest.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 

@@ -11,18 +11,24 @@
 //!   directly, which saves the poller a cache miss per message. Peers always set their
 //!   doorbell bit; in scan mode the bits stay set and cost the sender nothing.
 //!
+//! The two local rings are looked at only when the queue's hot line says something was
+//! put in them (`cq_shared`, "The hot line"), and the scan list keeps, per queue pair, its
+//! segment and the number of its next message ([`RecvWatch`]): `may_have_work` on an idle
+//! queue reads five lines, none of them a queue pair's own.
+//!
 //! `poll` makes progress on all three and writes completions into the caller's slice: no
 //! allocation, no system call, no lock on the common path.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use mempool::ring::{Consumer, Ring, Single};
 
 use crate::core::DevCore;
-use crate::cq_shared::CqShared;
+use crate::cq_shared::{CqShared, Hot};
 use crate::dgram::{UdCore, UdRecvSide};
 use crate::layout::{DOORBELL_SLOTS, Doorbell};
+use crate::qpseg::RecvWatch;
 use crate::rc::{QpCore, RecvSide};
 use crate::util::lock;
 use dp_fabric::error::{FabricError, Result};
@@ -65,10 +71,22 @@ impl SlotEntry {
     }
 }
 
+/// A receiving queue pair in the scan list: its slot, and (reliable-connected ones) the
+/// look at its segment and the number of its next inbound message, kept current by
+/// `service_recv` while the queue is in scan mode, so `may_have_work` reads neither the
+/// slot table nor the queue pair.
+#[derive(Clone, Copy, Debug)]
+struct Scan {
+    slot: u32,
+    watch: Option<RecvWatch>,
+    next_in: u64,
+}
+
 /// Queue pairs attached to or detached from a completion queue, waiting for its poller.
 pub(crate) struct CqOps {
     ops: Mutex<Vec<(u32, Option<SlotEntry>)>>,
-    pending: AtomicBool,
+    /// Its flag is on the queue's hot line (`Hot::ops`).
+    sh: Arc<CqShared>,
 }
 
 impl CqOps {
@@ -76,25 +94,30 @@ impl CqOps {
     pub(crate) fn attach(&self, slot: u32, e: SlotEntry) {
         lock(&self.ops).push((slot, Some(e)));
         // Release: pairs with the Acquire in `ShmCq::poll`: the op is queued first.
-        self.pending.store(true, Ordering::Release);
+        self.sh.hot.ops.store(true, Ordering::Release);
     }
 
     /// Removes a queue pair; its slot is freed once the poller has let go of it.
     pub(crate) fn detach(&self, slot: u32) {
         lock(&self.ops).push((slot, None));
         // Release: as in attach.
-        self.pending.store(true, Ordering::Release);
+        self.sh.hot.ops.store(true, Ordering::Release);
     }
 }
 
 /// A completion queue of the shm provider.
+///
+/// `repr(C)` and line-aligned: the two fields a look at an idle queue reads
+/// (`may_have_work`: the shared state, for its hot line, and the scan list) share the
+/// struct's first line.
+#[repr(C, align(64))]
 pub struct ShmCq {
     sh: Arc<CqShared>,
+    scan: Vec<Scan>,
     ops: Arc<CqOps>,
     local: Consumer<Completion, Single>,
     attn: Consumer<u32, Single>,
     slots: Vec<Option<SlotEntry>>,
-    scan: Vec<u32>,
     depth: u32,
 }
 
@@ -140,6 +163,7 @@ impl ShmCq {
             _dev: dev.clone(),
             id,
             db_seg,
+            hot: crossbeam_utils::CachePadded::new(Hot::default()),
             tx: Mutex::new((ctx, atx)),
             used: Mutex::new(vec![false; max_slots]),
             max_slots,
@@ -147,7 +171,7 @@ impl ShmCq {
         Ok(Self {
             ops: Arc::new(CqOps {
                 ops: Mutex::new(Vec::new()),
-                pending: AtomicBool::new(false),
+                sh: sh.clone(),
             }),
             sh,
             local: crx,
@@ -171,14 +195,18 @@ impl ShmCq {
     fn absorb(&mut self) {
         // Relaxed clear before taking the list: an op queued after the take sets the flag
         // again (Release) and is absorbed next time.
-        self.ops.pending.store(false, Ordering::Relaxed);
+        self.sh.hot.ops.store(false, Ordering::Relaxed);
         let ops = std::mem::take(&mut *lock(&self.ops.ops));
         for (slot, e) in ops {
             let i = slot as usize;
             match e {
                 Some(e) => {
                     if e.receives() {
-                        self.scan.push(slot);
+                        self.scan.push(Scan {
+                            slot,
+                            watch: None,
+                            next_in: 0,
+                        });
                     }
                     self.slots[i] = Some(e);
                     // Look once: work may have arrived before the attach was absorbed.
@@ -186,10 +214,22 @@ impl ShmCq {
                 }
                 None => {
                     self.slots[i] = None;
-                    self.scan.retain(|s| *s != slot);
+                    self.scan.retain(|s| s.slot != slot);
                     self.sh.release_slot(slot);
                 }
             }
+        }
+        // The watches start (or start again, after doorbell mode, where they are not kept)
+        // from the receive sides themselves.
+        for s in &mut self.scan {
+            (s.watch, s.next_in) = match self.slots.get(s.slot as usize) {
+                Some(Some(SlotEntry::Rc {
+                    core,
+                    recv: Some(rs),
+                    ..
+                })) => (core.view.watch(), rs.next_in),
+                _ => (None, 0),
+            };
         }
     }
 
@@ -201,7 +241,16 @@ impl ShmCq {
                 core,
                 recv: Some(rs),
                 ..
-            })) => core.drain_recv(rs, out),
+            })) => {
+                let r = core.drain_recv(rs, out);
+                if r.0 > 0 && self.scan.len() <= SCAN_MAX {
+                    let next_in = rs.next_in;
+                    if let Some(s) = self.scan.iter_mut().find(|s| s.slot == slot) {
+                        s.next_in = next_in;
+                    }
+                }
+                r
+            }
             Some(Some(SlotEntry::Ud {
                 core,
                 recv: Some(rs),
@@ -268,28 +317,34 @@ impl CompletionQueue for ShmCq {
             return 0;
         }
         // Acquire: pairs with the Release in attach/detach.
-        if self.ops.pending.load(Ordering::Acquire) {
+        if self.sh.hot.ops.load(Ordering::Acquire) {
             self.absorb();
         }
         let mut n = 0;
-        // Attention first: it may produce send completions for the local ring.
-        let k = self.attn.len();
-        for _ in 0..k {
-            let Some(slot) = self.attn.dequeue() else {
-                break;
-            };
-            n += self.service_attn(slot, &mut out[n..]);
+        // The rings are drained only when their producers said so (L2, `Hot::take_local`);
+        // whatever this poll leaves in them keeps the flag up.
+        if self.sh.hot.take_local() {
+            // Attention first: it may produce send completions for the local ring.
+            let k = self.attn.len();
+            for _ in 0..k {
+                let Some(slot) = self.attn.dequeue() else {
+                    break;
+                };
+                n += self.service_attn(slot, &mut out[n..]);
+                if n == out.len() {
+                    self.sh.hot.keep_local();
+                    return n;
+                }
+            }
+            n += self.local.dequeue_burst(&mut out[n..]);
             if n == out.len() {
+                self.sh.hot.keep_local();
                 return n;
             }
         }
-        n += self.local.dequeue_burst(&mut out[n..]);
-        if n == out.len() {
-            return n;
-        }
         if self.scan.len() <= SCAN_MAX {
             for i in 0..self.scan.len() {
-                let slot = self.scan[i];
+                let slot = self.scan[i].slot;
                 n += self.service_recv(slot, &mut out[n..]);
                 if n == out.len() {
                     break;
@@ -313,25 +368,19 @@ impl CompletionQueue for ShmCq {
     }
 
     fn may_have_work(&self) -> bool {
-        // Acquire: as in `poll` (pairs with the Release in attach/detach).
-        if self.ops.pending.load(Ordering::Acquire)
-            || !self.attn.is_empty()
-            || !self.local.is_empty()
+        // Acquire: as in `poll` (pairs with the Release in attach/detach, and with L1 of
+        // the rings' producers).
+        if self.sh.hot.ops.load(Ordering::Acquire)
+            || self.sh.hot.local.load(Ordering::Acquire)
             || self.scan.len() > SCAN_MAX
         {
             return true;
         }
-        self.scan
-            .iter()
-            .any(|&slot| match self.slots.get(slot as usize) {
-                Some(Some(SlotEntry::Rc {
-                    core,
-                    recv: Some(rs),
-                    ..
-                })) => core.recv_pending(rs),
-                // Datagram queue pairs (and anything unexpected): poll to find out.
-                _ => true,
-            })
+        self.scan.iter().any(|s| match s.watch {
+            Some(w) => w.pending(s.next_in),
+            // Datagram queue pairs (and anything unexpected): poll to find out.
+            None => true,
+        })
     }
 
     fn notifier(&self) -> Option<Arc<dyn CqNotify>> {

@@ -17,10 +17,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use mempool::memory::Region;
-use mempool::ring::{Multi, Producer, Ring, Single};
+use mempool::ring::{Producer, Ring, Single};
 
 use crate::core::DevCore;
-use crate::cq_shared::CqShared;
+use crate::cq_shared::{CqShared, CqTx};
 use crate::layout::{UdMsg, UdSegView, ud_seg_len};
 use crate::pd::PdInner;
 use crate::rc::{RecvWqe, clamp_caps};
@@ -33,8 +33,8 @@ const STUCK_POLLS: u32 = 1 << 20;
 
 pub(crate) struct UdSend {
     pub backlog: VecDeque<Completion>,
-    pub cq_tx: Producer<Completion, Multi>,
-    pub progress_tx: Producer<u32, Multi>,
+    pub cq_tx: CqTx<Completion>,
+    pub progress_tx: CqTx<u32>,
 }
 
 pub(crate) struct UdCore {

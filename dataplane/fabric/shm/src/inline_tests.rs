@@ -186,7 +186,7 @@ fn test_may_have_work_sees_what_poll_would_find() {
     assert!(!p.a.cq.may_have_work(), "the completion was polled");
 
     // What the peer may write into our segment to fail the queue pair: a fault.
-    // Release: as the peer's store (pairs with the Acquire in recv_pending/drain_recv).
+    // Release: as the peer's store (pairs with the Acquire in RecvWatch::pending/drain_recv).
     p.b.qp.core.view.header().fault.store(
         WcStatus::RemAccessErr.to_raw(),
         core::sync::atomic::Ordering::Release,
@@ -198,6 +198,39 @@ fn test_may_have_work_sees_what_poll_would_find() {
         p.b.cq.may_have_work(),
         "the error state (receives to flush)"
     );
+    drop(p);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Send completions are announced on the completion queue's hot line (`cq_shared`): a
+/// poll whose output fills before the ring is empty leaves the flag up, so the cheap look
+/// and the next polls find the rest, and no completion is lost or reported twice.
+#[test]
+fn test_a_poll_that_fills_its_output_leaves_the_rest_announced() {
+    let (mut p, dir) = pair(22_235);
+    drain(&mut p.a.cq);
+    assert!(!p.a.cq.may_have_work(), "idle sender");
+    let bytes = [0x3Cu8; 16];
+    let wrs: Vec<SendWr<'_>> = (0..5u64)
+        .map(|i| SendWr {
+            wr_id: 100 + i,
+            op: SendOp::Write(p.b.remote(64 * i as usize)),
+            payload: Payload::Inline(&bytes),
+            flags: SendFlags::SIGNALED,
+        })
+        .collect();
+    p.a.qp.post_send(&wrs).expect("post_send");
+    let mut out = [Completion::default(); 2];
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        assert!(p.a.cq.may_have_work(), "after {} of 5", got.len());
+        let n = p.a.cq.poll(&mut out);
+        assert!(n > 0, "a poll found nothing after {} of 5", got.len());
+        got.extend(out[..n].iter().map(|c| c.wr_id));
+    }
+    assert_eq!(got, [100, 101, 102, 103, 104], "each once, in order");
+    assert!(!p.a.cq.may_have_work(), "every completion was polled");
+    assert_eq!(p.a.cq.poll(&mut out), 0);
     drop(p);
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -29,7 +29,7 @@ use crossbeam_utils::CachePadded;
 /// Magic at the start of every segment: `"DPSHMSEG"`.
 pub(crate) const SEG_MAGIC: u64 = u64::from_le_bytes(*b"DPSHMSEG");
 /// Layout version; bump on any incompatible change.
-pub(crate) const SEG_VERSION: u32 = 3;
+pub(crate) const SEG_VERSION: u32 = 4;
 
 /// What a segment holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

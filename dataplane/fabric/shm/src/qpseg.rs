@@ -29,6 +29,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
 
 use crate::layout::{SegHeader, SegKind};
+use dp_fabric::QpState;
 
 /// Kinds of inbound message.
 pub(crate) mod inbound_kind {
@@ -121,6 +122,12 @@ pub(crate) struct Inbound {
 }
 
 /// Fixed part of a queue-pair segment.
+///
+/// The first line holds what both sides only read on the data path: the sizes, written
+/// once, and the two words that change only when the queue pair fails (the owner's state
+/// and the peer's fault flag). A poller's look at an idle queue pair (`ShmCq::may_have_work`)
+/// reads both words, so they share that line instead of taking one line each. The two
+/// counters the sides write per message have a line each.
 #[repr(C)]
 pub(crate) struct QpSegHeader {
     pub hdr: SegHeader,
@@ -131,19 +138,19 @@ pub(crate) struct QpSegHeader {
     pub rq_cap: u32,
     /// Bounce buffer bytes.
     pub bounce_len: u32,
-    _r: u32,
-    _pad: [u8; 80],
     /// The owner's [`QpState`](dp_fabric::QpState) as raw value. Owner writes.
-    pub state: CachePadded<AtomicU32>,
+    pub state: AtomicU32,
     /// Set by the peer when it detected a remote access or length violation that moves
     /// this queue pair to the error state (nonzero = status raw value).
-    pub fault: CachePadded<AtomicU32>,
+    pub fault: AtomicU32,
+    _pad: [u8; 76],
     /// Receives posted, ever. Owner writes; the peer's credit.
     pub rq_posted: CachePadded<AtomicU64>,
     /// Bounce bytes consumed, ever. Owner writes.
     pub bounce_tail: CachePadded<AtomicU64>,
 }
-const _: () = assert!(size_of::<QpSegHeader>() == 128 + 4 * 128);
+const _: () = assert!(size_of::<QpSegHeader>() == 128 + 2 * 128);
+const _: () = assert!(core::mem::offset_of!(QpSegHeader, fault) < 64);
 
 /// Offsets inside a queue-pair segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -179,6 +186,67 @@ impl QpSegLayout {
             bounce_off,
             total,
         }
+    }
+}
+
+/// True if `s` holds message `n` (published by the peer's Release store of `seq`), for a
+/// look that must not miss a message published before it (`ShmCq::may_have_work`, which a
+/// sleeper's last look after its arm goes through, as `pop` does).
+#[inline]
+fn slot_published(s: &InboundSlot, n: u64) -> bool {
+    // As in `pop`: the second line is asked for with the first, or a message found here
+    // would wait for it once more when `pop` reads it.
+    prefetch(s.data.get().cast::<u8>().wrapping_add(64 - 48));
+    // Q4': Acquire, pairs with Q3 in `push`, as Q4 in `pop` does: a load ordered after the
+    // poller's SeqCst arm on every architecture (see `Doorbell::ring`, N1).
+    s.seq.load(Ordering::Acquire) == n + 1
+}
+
+/// A completion queue's look at one queue pair it receives for, kept in the queue's own
+/// scan list: the segment and the slot ring's geometry, 16 bytes. Looking at an idle queue
+/// pair through it reads two lines of the segment (its first header line, with the state
+/// and fault words, and the next inbound slot) and none of the queue pair's own state,
+/// which a loop serving many idle connections would otherwise fetch for each.
+///
+/// It points into the segment of a queue pair whose core the completion queue holds (its
+/// slot table entry) for as long as the watch is in its scan list.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RecvWatch {
+    base: core::ptr::NonNull<u8>,
+    slots_off: u32,
+    mask: u32,
+}
+
+// SAFETY: as for `QpSegView`: the segment is reached through atomics only, and it stays
+// mapped while the completion queue that keeps the watch holds the queue pair's core.
+unsafe impl Send for RecvWatch {}
+// SAFETY: as above.
+unsafe impl Sync for RecvWatch {}
+
+impl RecvWatch {
+    /// True if the owner's poll has something to do for receive number `n`: a published
+    /// inbound message, a fault the peer flagged, or the error state (receives to flush).
+    #[inline]
+    pub(crate) fn pending(&self, n: u64) -> bool {
+        // SAFETY: base points at the validated, mapped header of a live segment (the type
+        // doc), made by `QpSegView::watch`.
+        let h = unsafe { &*self.base.as_ptr().cast::<QpSegHeader>() };
+        let i = (n & u64::from(self.mask)) as usize;
+        // SAFETY: i <= mask = rq_cap - 1 and slots_off is the slot array's offset, so the
+        // slot lies inside the segment (as in `QpSegView::slot`).
+        let s = unsafe {
+            &*self
+                .base
+                .as_ptr()
+                .add(self.slots_off as usize)
+                .cast::<InboundSlot>()
+                .add(i)
+        };
+        // Acquire: pairs with the Release store of the fault by the peer (as in
+        // `QpCore::drain_recv`). Relaxed state: a hint, as in `QpCore::state`.
+        h.fault.load(Ordering::Acquire) != 0
+            || slot_published(s, n)
+            || QpState::from_raw(h.state.load(Ordering::Relaxed)) == QpState::Error
     }
 }
 
@@ -398,18 +466,14 @@ impl QpSegView {
         self.inline_at(n, len).map(<*mut u8>::cast_const)
     }
 
-    /// Owner: true if message `n` is published, for a look that must not miss a message
-    /// published before it (`ShmCq::may_have_work`, which a sleeper's last look after its
-    /// arm goes through, as `pop` does).
-    #[inline]
-    pub(crate) fn published(&self, n: u64) -> bool {
-        let s = self.slot(n);
-        // As in `pop`: the second line is asked for with the first, or a message found here
-        // would wait for it once more when `pop` reads it.
-        prefetch(s.data.get().cast::<u8>().wrapping_add(64 - 48));
-        // Q4': Acquire, pairs with Q3 in `push`, as Q4 in `pop` does: a load ordered after
-        // the poller's SeqCst arm on every architecture (see `Doorbell::ring`, N1).
-        s.seq.load(Ordering::Acquire) == n + 1
+    /// Owner: what a poller keeps to look at this queue pair's next inbound message and
+    /// its failure words without going through the queue pair ([`RecvWatch`]).
+    pub(crate) fn watch(&self) -> Option<RecvWatch> {
+        Some(RecvWatch {
+            base: core::ptr::NonNull::new(self.base)?,
+            slots_off: u32::try_from(self.layout.slots_off).ok()?,
+            mask: self.layout.rq_cap - 1,
+        })
     }
 
     /// Owner: true if message `n` is published (cheap poll, used by scan mode).

@@ -38,11 +38,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use mempool::memory::Region;
-use mempool::ring::{Multi, Producer};
 
 use crate::MAX_SGE;
 use crate::core::DevCore;
-use crate::cq_shared::CqShared;
+use crate::cq_shared::{CqShared, CqTx};
 use crate::layout::Doorbell;
 use crate::pd::{Bind, PdInner};
 use crate::place::place;
@@ -145,8 +144,8 @@ pub(crate) struct SendState {
     /// post list of N messages rings once (one locked read-modify-write on the peer's
     /// doorbell word, whose line the peer's poll takes back each time, instead of N).
     ring_due: bool,
-    cq_tx: Producer<Completion, Multi>,
-    progress_tx: Producer<u32, Multi>,
+    cq_tx: CqTx<Completion>,
+    progress_tx: CqTx<u32>,
     /// What the peer exported to this connection, mapped here. Changed only under the send
     /// lock, so no request uses an export while it is being unmapped.
     exports: PeerExports,

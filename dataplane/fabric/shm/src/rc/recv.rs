@@ -103,16 +103,6 @@ impl QpCore {
         (n, more)
     }
 
-    /// True if [`drain_recv`](Self::drain_recv) would have something to do now: a published
-    /// inbound message, a fault the peer flagged, or the error state (receives to flush).
-    #[inline]
-    pub(crate) fn recv_pending(&self, rs: &RecvSide) -> bool {
-        // Acquire: pairs with the Release store of the fault by the peer (as in drain_recv).
-        self.view.header().fault.load(Ordering::Acquire) != 0
-            || self.view.published(rs.next_in)
-            || self.state() == QpState::Error
-    }
-
     /// Lands inbound message `m` in receive `w`. Everything in `m` was written by the peer:
     /// a SEND's payload must lie in the bounce area, start at or after what we released last
     /// and end within one lap of it, or the message is a protocol violation (counted, and
