@@ -32,6 +32,9 @@
 //! **315 instructions and 12.9 misses per visit** (66,395 over 5,120). `may_have_work` now
 //! reads about five lines: the queue's first line, its hot line, the scan list, the
 //! segment's first line and the next inbound slot. The rsocket layers' seven are the rest.
+//! With the idle visit's fields of `StreamConn` on its first two lines: **10.9 misses per
+//! visit** (55,657 over 5,120), the rsocket layers' part down to five (the socket slot,
+//! the stream's phase, those two lines, the handle).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
