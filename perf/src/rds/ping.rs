@@ -212,8 +212,10 @@ impl PingArgs {
                     .engine_mut()
                     .recv_from(now, s, &mut buf, RecvFlags::DONTWAIT)
                 {
+                    // The round trip ends when the pong is in hand, as rds-ping's
+                    // clock read after recvmsg: `now` came before the poll that found it.
                     Ok(Received::Data { from, .. }) if from == to => {
-                        break Some(now.nanos_since(t0));
+                        break Some(clock.now().nanos_since(t0));
                     }
                     Ok(_) | Err(RdsError::WouldBlock) => {}
                     Err(e) => return Err(fail("recv", e)),

@@ -121,10 +121,17 @@ impl<P: Provider> Run<P> {
     }
 
     /// One poll turn; returns the completions it saw.
+    ///
+    /// A request's latency ends when the turn that found its completion hands it over (the
+    /// clock read after the poll, once per turn that completed something), as fio's
+    /// completion latency does: the clock read that starts the turn came before the poll
+    /// that found the answer and before the work of reaping it, which measured up to a
+    /// turn too little.
     fn turn(&mut self) -> usize {
         let now = self.clock.now();
         let mut work = self.drv.poll(now, &mut self.sess);
         let mut done = 0;
+        let mut end = None;
         while let Some(ev) = self.sess.poll_event() {
             work += 1;
             match ev {
@@ -138,7 +145,8 @@ impl<P: Provider> Run<P> {
                         self.failed += 1;
                     } else if self.counting {
                         self.completed += 1;
-                        let _ = self.hist.record(now.nanos_since(f.start).max(1));
+                        let end = *end.get_or_insert_with(|| self.clock.now());
+                        let _ = self.hist.record(end.nanos_since(f.start).max(1));
                     }
                     if self.moved.get(usize::from(id)).copied() == Some(true) {
                         self.moved[usize::from(id)] = false;
